@@ -1,0 +1,108 @@
+"""`farm bench song`: one forced-length track through the sequential path, as a table against the H200 floors.
+
+With random weights generation never ends by itself, so lengths are forced: the end id is masked until the target
+length and generation stops there. Every printed table says so.
+"""
+from __future__ import annotations
+
+import datetime
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+
+# PERFORMANCE.md, reference track (4,540 plan + 5,371 semantic tokens, 5,371 frames) on one H200.
+FLOOR_SECONDS = {"plan": 4540 * 3.58e9 / 4.1e12, "semantic": 5371 * 3.58e9 / 4.1e12, "acoustic": 1.35,
+                 "decode": 0.3}      # AR at batch 1: the weights are read once per token (3.58 GB at 4.1 TB/s)
+REFERENCE_RUNTIME_SECONDS = {"plan": 29.2, "semantic": 36.5, "acoustic": 5.5, "decode": 1.1}
+BENCH_STYLE = "cinematic pop, female vocal, piano and strings, 96 bpm, warm, emotional"
+
+
+def bench_lyrics(layout) -> str:
+    """~850 characters of lyrics for full-size models; the short demo lyric fits tiny's 512-token context."""
+    from .models import configs_dir
+
+    name = "bench.txt" if layout.tokenizer == "tiktoken" else "demo.txt"
+    return (configs_dir() / "lyrics" / name).read_text(encoding="utf-8")
+
+
+def environment(device: str) -> dict:
+    import torch
+
+    env = {"date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+           "torch": torch.__version__, "python": platform.python_version(), "device": device,
+           "cpu_threads": torch.get_num_threads()}
+    if device.startswith("cuda"):
+        env["gpu"] = torch.cuda.get_device_name(device)
+        env["cuda"] = torch.version.cuda
+    return env
+
+
+def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_tokens: int, device: str,
+                   repeats: int, json_out: Path | None) -> list[dict]:
+    from stages.protocol import SongRequest
+    from stages.song import SongEngines, default_settings, open_checkpoint, render_song
+
+    from .devices import pick_device
+    from .models import resolve_model
+
+    device = pick_device(device)
+    paths = resolve_model(model, vae)
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    request = SongRequest(style=BENCH_STYLE, lyrics=bench_lyrics(ckpt.cfg.tokens), cot="full")
+    settings = default_settings(ckpt.cfg, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens)
+    start = time.perf_counter()
+    engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
+    load_seconds = time.perf_counter() - start
+    warm = default_settings(ckpt.cfg, plan_tokens=min(plan_tokens, 32), semantic_tokens=min(semantic_tokens, 64))
+    render_song(engines, request, warm)                      # kernels, allocator and graphs warm
+    runs = [render_song(engines, request, settings) for _ in range(max(1, repeats))]
+    rows = [_row(stage, [r.timings[stage] for r in runs], ckpt.cfg.name) for stage in runs[0].timings]
+    total = sum(r["seconds"] for r in rows)
+    env = {**environment(device), "model": ckpt.cfg.name, "load_seconds": load_seconds, "repeats": len(runs),
+           "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "total_seconds": total}
+    print_table(rows, env)
+    if json_out:
+        Path(json_out).write_text(json.dumps({"environment": env, "rows": rows}, indent=2) + "\n")
+    return rows
+
+
+def _row(stage: str, timings: list, model_name: str) -> dict:
+    seconds = statistics.median(t.seconds for t in timings)
+    peaks = [t.peak_bytes for t in timings if t.peak_bytes is not None]
+    row = {"stage": stage, "units": timings[0].units, "unit": "tokens" if stage in ("plan", "semantic") else "frames",
+           "seconds": seconds, "per_second": timings[0].units / seconds,
+           "peak_gib": max(peaks) / 2**30 if peaks else None}
+    if model_name == "yue2-3b":
+        row["floor_seconds"] = FLOOR_SECONDS[stage]
+        row["x_floor"] = seconds / FLOOR_SECONDS[stage]
+        row["reference_runtime_seconds"] = REFERENCE_RUNTIME_SECONDS[stage]
+    return row
+
+
+def print_table(rows: list[dict], env: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    title = (f"farm bench song — {env['model']} on {env.get('gpu', env['device'])}, torch {env['torch']}, "
+             f"{env['date']} — FORCED lengths: plan {env['plan_tokens']}, semantic {env['semantic_tokens']} "
+             f"(end id masked until then; random weights)")
+    table = Table(title=title, title_justify="left")
+    for col in ("stage", "units", "seconds", "rate", "peak GiB", "H200 floor s", "× floor", "reference runtime s"):
+        table.add_column(col, justify="left" if col == "stage" else "right")
+    for r in rows:
+        table.add_row(r["stage"], f"{r['units']} {r['unit']}", f"{r['seconds']:.3f}",
+                      f"{r['per_second']:.1f} {r['unit']}/s", _fmt(r["peak_gib"], ".2f"),
+                      _fmt(r.get("floor_seconds"), ".2f"), _fmt(r.get("x_floor"), ".1f"),
+                      _fmt(r.get("reference_runtime_seconds"), ".1f"))
+    table.add_row("total", "", f"{env['total_seconds']:.3f}", "", "", _fmt(
+        sum(FLOOR_SECONDS.values()) if env["model"] == "yue2-3b" else None, ".2f"), "",
+        "72.3" if env["model"] == "yue2-3b" else "—")
+    Console(width=160).print(table)
+    print(f"load {env['load_seconds']:.1f} s (weights + CUDA graphs), median of {env['repeats']} run(s) after a "
+          f"warm-up, sequential one-song path, one process")
+
+
+def _fmt(value, spec: str) -> str:
+    return "—" if value is None else format(value, spec)

@@ -1,0 +1,99 @@
+"""The `farm` command line: each command parses its options and calls one library function."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+                  help="yue2-farm: render YuE2-3B songs and albums across the GPUs you have.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: tables against the floors in PERFORMANCE.md.")
+app.add_typer(bench_app, name="bench")
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
+                                       help="'tiny' (random, created on first use) or a checkpoint directory.")]
+VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when --model is a bare model dir.")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def guarded(fn, *args, **kwargs):
+    """Run a library call; a user error becomes one line on stderr and exit code 2."""
+    from .errors import user_error_types
+
+    try:
+        return fn(*args, **kwargs)
+    except user_error_types() as exc:
+        fail(str(exc))
+    except FileExistsError as exc:
+        fail(str(exc))
+
+
+@app.command("init-checkpoint")
+def init_checkpoint(
+    out: Annotated[Path, typer.Argument(help="Directory to create model/ and vae/ in.")],
+    config: Annotated[str, typer.Option("--config", "-c", help="tiny or yue2-3b (configs/models/*.toml).")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Write a random-weight checkpoint in exactly the released layout."""
+    from stages.weights import init_checkpoint as write
+
+    from .devices import pick_device
+    from .models import named_config
+
+    cfg = guarded(named_config, config)
+    model_dir, vae_dir = guarded(write, cfg, out, seed, pick_device(device))
+    typer.echo(f"wrote {model_dir} and {vae_dir} ({cfg.name}, seed {seed})")
+
+
+@app.command()
+def song(
+    style: Annotated[str, typer.Option(help="Style tags, e.g. 'indie pop, female vocal, 120 bpm'.")],
+    lyrics_file: Annotated[Path, typer.Option("--lyrics-file", help="UTF-8 lyrics.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Song folder: a path or an fsspec URL.")],
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    seed: Annotated[int, typer.Option(help="Request seed.")] = 831001,
+    cot: Annotated[str, typer.Option(help="full, melody or off.")] = "full",
+    abc_file: Annotated[Path | None, typer.Option("--abc-file", help="Your own score: ABC text or plan.npy ids.")]
+    = None,
+    max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).")] = None,
+    device: DeviceOpt = "auto",
+    force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
+) -> None:
+    """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
+    from .single import SongJob, render_song_folder
+
+    job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
+                  abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force)
+    record = guarded(render_song_folder, job)
+    t = record["timings"]
+    line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
+    typer.echo(f"wrote {out}: {record['audio']['seconds']:.2f} s of audio ({line})")
+
+
+@bench_app.command("song")
+def bench_song(
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    plan_tokens: Annotated[int, typer.Option(help="Forced plan length (reference track: 4540).")] = 4540,
+    semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length (reference track: 5371).")] = 5371,
+    device: DeviceOpt = "auto",
+    repeats: Annotated[int, typer.Option(help="Timed runs; the table shows medians.")] = 1,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the rows as JSON here.")] = None,
+) -> None:
+    """One reference-length track through all four stages in one process: per-stage time, rate and peak memory."""
+    from .bench import run_song_bench
+
+    guarded(run_song_bench, model=model, vae=vae, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens,
+            device=device, repeats=repeats, json_out=json_out)
+
+
+if __name__ == "__main__":
+    app()

@@ -1,0 +1,72 @@
+"""Content identities: of a checkpoint (what weights), and of each stage of a track (what inputs and settings).
+
+Stage keys are chained — the semantic key covers the plan key, and so on — so a changed setting invalidates exactly
+its stage and the ones after it. A finished stage artifact is reused only when its key matches.
+"""
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+from pathlib import Path
+
+from .models import ModelPaths, cache_dir
+
+CHUNK = 1 << 24
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file, remembered per (path, size, mtime) in the user cache: a 7 GB checkpoint is read once."""
+    path = Path(path).resolve()
+    stat = path.stat()
+    token = f"{path}|{stat.st_size}|{stat.st_mtime_ns}"
+    memo_path = cache_dir() / "digests.json"
+    try:
+        memo = json.loads(memo_path.read_text())
+    except (OSError, ValueError):
+        memo = {}
+    if token in memo:
+        return memo[token]
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(CHUNK):
+            h.update(block)
+    memo[token] = h.hexdigest()
+    try:
+        memo_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = memo_path.with_name(f".digests-{os.getpid()}.json")
+        tmp.write_text(json.dumps(memo))
+        os.replace(tmp, memo_path)
+    except OSError:
+        pass  # a read-only cache only costs a re-hash next time
+    return memo[token]
+
+
+def dir_digest(directory: Path) -> str:
+    """One digest over every regular file of a checkpoint directory, by name."""
+    h = hashlib.sha256()
+    for path in sorted(p for p in Path(directory).iterdir() if p.is_file() and not p.name.startswith(".")):
+        h.update(f"{path.name}:{file_digest(path)}\n".encode())
+    return h.hexdigest()
+
+
+def checkpoint_identity(paths: ModelPaths) -> dict[str, str]:
+    model, vae = dir_digest(paths.model_dir), dir_digest(paths.vae_dir)
+    return {"model": model, "vae": vae, "id": _digest({"model": model, "vae": vae})[:16]}
+
+
+def stage_keys(identity: dict, request, settings) -> dict[str, str]:
+    """plan → semantic → acoustic → decode, each key covering its inputs, its settings and the key before it."""
+    req = dataclasses.asdict(request)
+    s = dataclasses.asdict(settings)
+    plan = _digest({"model": identity["model"], "request": req, "plan": s["plan"]})
+    semantic = _digest({"plan": plan, "semantic": s["semantic"], "cfg": request.cfg_scale})
+    acoustic = _digest({"semantic": semantic, "ode_steps": s["ode_steps"], "cond_end": s["cond_end"]})
+    decode = _digest({"acoustic": acoustic, "vae": identity["vae"], "core": s["vae_core_frames"],
+                      "halo": s["vae_halo_frames"]})
+    return {"plan": plan, "semantic": semantic, "acoustic": acoustic, "decode": decode}
+
+
+def _digest(obj) -> str:
+    return hashlib.sha256(json.dumps(obj, sort_keys=True, default=list).encode()).hexdigest()

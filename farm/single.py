@@ -1,0 +1,97 @@
+"""`farm song`: one song through the sequential path, into a song folder. Validates everything before any compute.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from . import artifacts
+from .errors import UserError
+from .identity import checkpoint_identity, stage_keys
+from .models import resolve_model
+from .store import Store
+
+
+@dataclass(frozen=True)
+class SongJob:
+    model: str
+    style: str
+    lyrics_file: Path
+    out: str
+    seed: int
+    cot: str
+    abc_file: Path | None = None
+    max_semantic_tokens: int | None = None
+    vae: str | None = None
+    device: str = "auto"
+    force: bool = False
+
+
+def read_lyrics(path: Path) -> str:
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError:
+        raise UserError(f"lyrics file not found: {path}") from None
+    except UnicodeDecodeError:
+        raise UserError(f"lyrics file is not UTF-8 text: {path}") from None
+    if not text.strip():
+        raise UserError(f"lyrics file is empty: {path}")
+    return text
+
+
+def read_abc(path: Path) -> dict:
+    """An ABC score: text (.abc, …) or exact token ids (.npy, 1-D integers, e.g. a previous run's plan.npy)."""
+    path = Path(path)
+    if not path.exists():
+        raise UserError(f"ABC file not found: {path}")
+    if path.suffix == ".npy":
+        try:
+            ids = np.load(path, allow_pickle=False)
+        except ValueError as exc:
+            raise UserError(f"ABC file {path}: not a plain .npy array ({exc})") from None
+        if ids.ndim != 1 or ids.dtype.kind not in "iu":
+            raise UserError(f"ABC file {path}: expected a 1-D integer array, got {ids.dtype} {list(ids.shape)}")
+        return {"abc_ids": tuple(int(i) for i in ids)}
+    try:
+        return {"abc": path.read_text(encoding="utf-8")}
+    except UnicodeDecodeError:
+        raise UserError(f"ABC file is not UTF-8 text: {path}") from None
+
+
+def render_song_folder(job: SongJob) -> dict:
+    """Check inputs, render, write the folder. Returns settings.json's content."""
+    from stages.protocol import COT_MODES, SongRequest
+    from stages.song import SongEngines, default_settings, open_checkpoint, render_song, validate
+
+    from .devices import pick_device
+
+    if job.cot not in COT_MODES:
+        raise UserError(f"--cot must be one of {', '.join(COT_MODES)}, got {job.cot!r}")
+    lyrics = read_lyrics(job.lyrics_file)
+    abc = read_abc(job.abc_file) if job.abc_file else {}
+    store = Store(job.out)
+    if not job.force and not store.is_empty():
+        raise UserError(f"--out {job.out} is not empty; pass --force to overwrite it")
+    paths = resolve_model(job.model, job.vae)
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    request = SongRequest(style=job.style, lyrics=lyrics, cot=job.cot, seed=job.seed, **abc)
+    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens)
+    validate(ckpt, request, settings)
+    device = pick_device(job.device)
+
+    engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
+    song = render_song(engines, request, settings)
+    identity = checkpoint_identity(paths)
+    record = artifacts.settings_record(
+        request=request, settings=settings, identity=identity, keys=stage_keys(identity, request, settings),
+        device=device, dtype=ckpt.cfg.dtype, timings=timings_record(song.timings), truncated=song.truncated,
+        frames=len(song.latents), samples=len(song.audio))
+    artifacts.write_song(store, "", artifacts.song_files(song), record)
+    return record
+
+
+def timings_record(timings) -> dict:
+    return {stage: {"seconds": t.seconds, "units": t.units, "units_per_second": t.units / t.seconds if t.seconds else
+                    None, "peak_bytes": t.peak_bytes} for stage, t in timings.items()}

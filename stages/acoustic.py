@@ -1,0 +1,95 @@
+"""The acoustic stage: semantic codes → VAE latents by 32-step midpoint flow matching on the NAR branch.
+
+Per chunk: one causal AR prefill of prefix + codes + MUSIC_END (its K/V do not depend on the latents or t, so they
+are computed once), then the ODE from noise (t = 1) to data (t = 0) with two velocity evaluations per step
+(MODEL.md §3.2). Noise is one CPU FP32 draw per song, so results do not depend on how the song is chunked or on
+which device runs it. Knows nothing about scheduling or storage.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+
+from .config import TokenLayout
+from .protocol import ProtocolError, chunk_ranges
+from .transformer import YuE2, ar_prefill, velocity
+
+
+@dataclass(frozen=True)
+class AcousticRequest:
+    key: str
+    prefix: tuple[int, ...]      # the semantic-stage prefix (ends with MUSIC_START)
+    codes: np.ndarray            # int32 [N] codec codes, 0 ≤ c < codebook
+    seed: int
+    ode_steps: int = 32
+    cond_end: int = 0            # nar_cond_end: 0 = NAR rows see the whole AR prefix
+
+
+def song_noise(frames: int, latent_dim: int, seed: int) -> torch.Tensor:
+    """The whole song's noise: one FP32 draw from a fresh CPU generator (the global RNG is untouched)."""
+    generator = torch.Generator("cpu").manual_seed(seed)
+    return torch.randn((frames, latent_dim), dtype=torch.float32, generator=generator)
+
+
+def chunk_tokens(prefix, codes: np.ndarray, a: int, b: int, layout: TokenLayout) -> list[int]:
+    """A = prefix + codec ids of codes[a:b] + MUSIC_END."""
+    return list(prefix) + [layout.codec_offset + int(c) for c in codes[a:b]] + [layout.music_end]
+
+
+def raw_time(t: float) -> float:
+    """clamp(logit(t), −20, 20) in FP64; t = 1 → 20."""
+    return torch.logit(torch.tensor(t, dtype=torch.float64)).clamp(-20, 20).item()
+
+
+def midpoint_solve(v: Callable[[torch.Tensor, float], torch.Tensor], x: torch.Tensor, steps: int) -> torch.Tensor:
+    """Integrate dx/dt = v from t = 1 to 0 with the midpoint rule; 2·steps calls of v(x, raw_time(t))."""
+    dt = 1.0 / steps
+    for k in range(steps):
+        t = 1.0 - k * dt
+        mid = x - v(x, raw_time(t)) * (dt / 2)
+        x = x - v(mid, raw_time(t - dt / 2)) * dt
+    return x
+
+
+class AcousticEngine:
+    """Holds a model with the AR and NAR branches (no lm_head) on one device."""
+
+    def __init__(self, model: YuE2, layout: TokenLayout):
+        weight = model.model.norm.weight
+        self.model, self.layout, self.cfg = model, layout, model.cfg
+        self.device, self.dtype = weight.device, weight.dtype
+
+    def check(self, request: AcousticRequest) -> list[tuple[int, int]]:
+        codes = np.asarray(request.codes)
+        if codes.ndim != 1 or codes.size == 0:
+            raise ProtocolError(f"{request.key}: semantic codes must be a non-empty 1-D array")
+        if codes.min() < 0 or codes.max() >= self.layout.codebook:
+            raise ProtocolError(f"{request.key}: semantic codes must lie in [0, {self.layout.codebook})")
+        if request.ode_steps < 1:
+            raise ProtocolError(f"{request.key}: ode_steps must be >= 1")
+        return chunk_ranges(codes.size, len(request.prefix), self.cfg.context)
+
+    @torch.inference_mode()
+    def synthesize(self, request: AcousticRequest) -> np.ndarray:
+        """→ latents float32 [N, latent_dim] on the CPU."""
+        ranges = self.check(request)
+        noise = song_noise(len(request.codes), self.cfg.latent_dim, request.seed)
+        pieces = []
+        for a, b in ranges:
+            ids = chunk_tokens(request.prefix, request.codes, a, b, self.layout)
+            pieces.append(self.solve_chunk(ids, noise[a:b], request.ode_steps, request.cond_end))
+        return torch.cat(pieces).numpy()
+
+    def solve_chunk(self, ids: list[int], noise: torch.Tensor, steps: int, cond_end: int = 0) -> torch.Tensor:
+        """One chunk: AR prefill once, then the ODE in the model dtype; → FP32 CPU latents [b − a, latent_dim]."""
+        tokens = torch.tensor(ids, dtype=torch.long, device=self.device)
+        _, prefix_kv = ar_prefill(self.model, tokens)
+
+        def v(x, raw):
+            return velocity(self.model, prefix_kv, len(ids), x, raw, cond_end)
+
+        x = midpoint_solve(v, noise.to(device=self.device, dtype=self.dtype), steps)
+        return x.float().cpu()

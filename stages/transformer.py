@@ -1,0 +1,277 @@
+"""The YuE2 Mixture-of-Transformers backbone: an AR branch (a Qwen3 decoder) and a NAR branch of the same shape.
+
+Module and parameter names mirror the released checkpoint (MODEL.md §8), so `state_dict()` keys are checkpoint keys.
+A model is built with only the parts a stage needs (`parts`): the AR stages never allocate a `nar_*` weight and the
+acoustic stage never allocates `lm_head`. This module holds the maths of one forward pass; it knows nothing about
+KV-cache policy, sampling, chunking or devices (see ar.py and acoustic.py).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from .config import ModelConfig
+
+AR, HEAD, NAR = "ar", "head", "nar"   # the weight groups a stage can ask for
+
+
+class RMSNorm(nn.Module):
+    """YuE2's rounding order (MODEL.md §2): the rsqrt factor in FP32, cast to x's dtype, then x·factor·weight."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
+        return (x * factor.to(x.dtype)) * self.weight
+
+
+class Attention(nn.Module):
+    """q/k/v/o projections with per-head q/k RMSNorm applied before RoPE (Qwen3)."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        h, d = cfg.hidden_size, cfg.head_dim
+        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
+        self.q_proj = nn.Linear(h, self.n_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, self.n_kv * d, bias=False)
+        self.v_proj = nn.Linear(h, self.n_kv * d, bias=False)
+        self.o_proj = nn.Linear(self.n_heads * d, h, bias=False)
+        self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
+        self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
+
+    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """x [B, T, H] → q [B, heads, T, D], k and v [B, kv_heads, T, D]; q and k normed, then rotated."""
+        b, t, _ = x.shape
+        q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim))
+        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim))
+        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim)
+        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+
+    def output(self, attn: torch.Tensor) -> torch.Tensor:
+        """attn [B, heads, T, D] → [B, T, H]."""
+        b, _, t, _ = attn.shape
+        return self.o_proj(attn.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
+
+
+class MLP(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
+        self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
+
+
+class DecoderLayer(nn.Module):
+    """One layer: the AR copy and/or the NAR copy of every non-embedding weight (MoT)."""
+
+    def __init__(self, cfg: ModelConfig, parts: frozenset[str]):
+        super().__init__()
+        eps = cfg.rms_norm_eps
+        if AR in parts:
+            self.input_layernorm = RMSNorm(cfg.hidden_size, eps)
+            self.self_attn = Attention(cfg)
+            self.post_attention_layernorm = RMSNorm(cfg.hidden_size, eps)
+            self.mlp = MLP(cfg)
+        if NAR in parts:
+            self.nar_input_layernorm = RMSNorm(cfg.hidden_size, eps)
+            self.nar_self_attn = Attention(cfg)
+            self.nar_pre_mlp_layernorm = RMSNorm(cfg.hidden_size, eps)
+            self.nar_mlp = MLP(cfg)
+
+
+class Backbone(nn.Module):
+    def __init__(self, cfg: ModelConfig, parts: frozenset[str]):
+        super().__init__()
+        if AR in parts:
+            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+        self.layers = nn.ModuleList(DecoderLayer(cfg, parts) for _ in range(cfg.num_hidden_layers))
+        self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
+
+
+class TimeEmbedder(nn.Module):
+    """τ ∈ [0, 1] (unscaled, unlike DiT) → FP32 sinusoid [cos ‖ sin] → MLP in the model dtype."""
+
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.freq_dim = cfg.time_freq_dim
+        self.mlp = nn.Sequential(nn.Linear(cfg.time_freq_dim, cfg.hidden_size), nn.SiLU(),
+                                 nn.Linear(cfg.hidden_size, cfg.hidden_size))
+
+    def forward(self, tau: torch.Tensor) -> torch.Tensor:
+        """tau [N] in the model dtype → [N, hidden]."""
+        half = self.freq_dim // 2
+        freqs = torch.exp(-math.log(10000.0) * torch.arange(half, dtype=torch.float32, device=tau.device) / half)
+        args = tau.float()[:, None] * freqs[None]
+        features = torch.cat([torch.cos(args), torch.sin(args)], dim=-1)
+        return self.mlp(features.to(self.mlp[0].weight.dtype))
+
+
+class LatentPosEmbed(nn.Module):
+    def __init__(self, cfg: ModelConfig):
+        super().__init__()
+        self.register_buffer("pe", sinusoid_table(cfg.max_latent_frames, cfg.hidden_size), persistent=True)
+
+
+class YuE2(nn.Module):
+    """The checkpoint's top level: `model.*`, `lm_head`, `llm2vae`, `vae2llm`, `time_embedder`, `latent_pos_embed`."""
+
+    def __init__(self, cfg: ModelConfig, parts: frozenset[str] = frozenset({AR, HEAD, NAR})):
+        super().__init__()
+        self.cfg, self.parts = cfg, frozenset(parts)
+        self.model = Backbone(cfg, self.parts)
+        if HEAD in parts:
+            self.lm_head = nn.Linear(cfg.hidden_size, cfg.vocab_size, bias=False)
+        if NAR in parts:
+            self.llm2vae = nn.Linear(cfg.hidden_size, cfg.latent_dim)
+            self.vae2llm = nn.Linear(cfg.latent_dim, cfg.hidden_size)
+            self.time_embedder = TimeEmbedder(cfg)
+            self.latent_pos_embed = LatentPosEmbed(cfg)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Fixed tables
+
+def sinusoid_table(rows: int, dim: int) -> torch.Tensor:
+    """The latent position table: pe[p, 2i] = sin(p·ω_i), pe[p, 2i+1] = cos(p·ω_i), built in FP32."""
+    position = torch.arange(rows, dtype=torch.float32)[:, None]
+    omega = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(rows, dim)
+    table[:, 0::2] = torch.sin(position * omega)
+    table[:, 1::2] = torch.cos(position * omega)
+    return table
+
+
+def rope_tables(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype):
+    """positions [..., T] (int) → cos, sin [..., T, head_dim]: angles in FP32, then cast to the activation dtype."""
+    d = cfg.head_dim
+    inv_freq = 1.0 / cfg.rope_theta ** (torch.arange(0, d, 2, dtype=torch.float32, device=positions.device) / d)
+    angles = positions.float()[..., None] * inv_freq
+    emb = torch.cat([angles, angles], dim=-1)
+    return emb.cos().to(dtype), emb.sin().to(dtype)
+
+
+def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """Non-interleaved (rotate-half) RoPE. x [B, T, heads, D]; cos/sin [T, D] or [B, T, D]."""
+    if cos.dim() == 2:
+        cos, sin = cos[None], sin[None]
+    cos, sin = cos[:, :, None, :], sin[:, :, None, :]
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+def expected_shapes(cfg: ModelConfig, parts: frozenset[str] = frozenset({AR, HEAD, NAR})) -> dict[str, tuple]:
+    """Checkpoint name → shape of every tensor a model with `parts` holds (MODEL.md §8), without allocating."""
+    with torch.device("meta"):
+        model = YuE2(cfg, parts)
+    return {name: tuple(t.shape) for name, t in model.state_dict().items()}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Forward pieces shared by the AR engine, the acoustic engine and the dense reference
+
+def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
+           mask: torch.Tensor | None = None) -> torch.Tensor:
+    """SDPA with GQA: query head h reads KV head h // (heads / kv_heads). q [B, H, T, D], k/v [B, KV, S, D]."""
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
+
+
+def ar_layer_prefill(layer: DecoderLayer, x: torch.Tensor, cos, sin):
+    """One AR layer over a fresh causal sequence. x [1, T, H] → (x', k, v) with k, v [1, KV, T, D]."""
+    q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
+    x = x + layer.self_attn.output(attend(q, k, v, causal=True))
+    x = x + layer.mlp(layer.post_attention_layernorm(x))
+    return x, k, v
+
+
+def ar_prefill(model: YuE2, ids: torch.Tensor):
+    """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per layer)."""
+    positions = torch.arange(ids.shape[0], device=ids.device)
+    x = model.model.embed_tokens(ids)[None]
+    cos, sin = rope_tables(positions, model.cfg, x.dtype)
+    kv = []
+    for layer in model.model.layers:
+        x, k, v = ar_layer_prefill(layer, x, cos, sin)
+        kv.append((k, v))
+    return x, kv
+
+
+def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
+    """Final norm + lm_head, in the model dtype."""
+    return model.lm_head(model.model.norm(hidden))
+
+
+def timestep_tau(raw: float, dtype: torch.dtype, shift: float, device) -> torch.Tensor:
+    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (MODEL.md §3.2.4)."""
+    sigma = torch.sigmoid(torch.tensor(raw, dtype=torch.float64).to(dtype).to(device))
+    if shift == 1.0:
+        return sigma
+    return shift * sigma / (1 + (shift - 1) * sigma)
+
+
+def nar_inputs(model: YuE2, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
+    """Latents x [n, latent] (model dtype) → NAR slot inputs [n + 2, H]: START and END slots are zero latents."""
+    x_pad = F.pad(x, (0, 0, 1, 1))
+    rows = x_pad.shape[0]
+    te = model.time_embedder(tau.reshape(1).expand(rows))
+    index = torch.arange(rows, device=x.device).clamp(max=model.cfg.max_latent_frames - 1)
+    return (model.vae2llm(x_pad) + te) + model.latent_pos_embed.pe[index]
+
+
+def nar_layer(layer: DecoderLayer, h: torch.Tensor, cos, sin, k_prefix, v_prefix) -> torch.Tensor:
+    """One NAR layer: NAR rows attend, non-causally, to the AR prefix keys and to each other. h [1, L_n, H]."""
+    q, k, v = layer.nar_self_attn.project(layer.nar_input_layernorm(h), cos, sin)
+    k, v = torch.cat([k_prefix, k], dim=2), torch.cat([v_prefix, v], dim=2)
+    h = h + layer.nar_self_attn.output(attend(q, k, v))
+    return h + layer.nar_mlp(layer.nar_pre_mlp_layernorm(h))
+
+
+def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: float, cond_end: int = 0):
+    """The NAR velocity for latents x [n, latent] given a prefilled AR prefix (MODEL.md §3.2 step 3).
+
+    `prefix_kv` holds each layer's prefix (k, v) [1, KV, L_a, D]; `cond_end` k > 0 lets the NAR rows see only the
+    first k prefix keys (their RoPE positions still start at L_a = prefix_len).
+    """
+    tau = timestep_tau(raw, x.dtype, model.cfg.timestep_shift, x.device)
+    h = nar_inputs(model, x, tau)[None]
+    positions = prefix_len + torch.arange(h.shape[1], device=x.device)
+    cos, sin = rope_tables(positions, model.cfg, h.dtype)
+    end = cond_end if cond_end > 0 else prefix_len
+    for layer, (k_prefix, v_prefix) in zip(model.model.layers, prefix_kv):
+        h = nar_layer(layer, h, cos, sin, k_prefix[:, :, :end], v_prefix[:, :, :end])
+    return model.llm2vae(model.model.norm(h[0]))[1:-1]
+
+
+def dense_velocity(model: YuE2, ids: torch.Tensor, x: torch.Tensor, raw: float, cond_end: int = 0):
+    """Reference form (MODEL.md §3.1): one masked pass over [AR tokens ; NAR slots], each row in its own branch.
+
+    Slow and memory-hungry; it exists so tests can prove the cached per-chunk form equals it.
+    """
+    la = ids.shape[0]
+    tau = timestep_tau(raw, x.dtype, model.cfg.timestep_shift, x.device)
+    h_ar, h_nar = model.model.embed_tokens(ids)[None], nar_inputs(model, x, tau)[None]
+    ln = h_nar.shape[1]
+    cos, sin = rope_tables(torch.arange(la + ln, device=x.device), model.cfg, x.dtype)
+    allowed = torch.zeros(la + ln, la + ln, dtype=torch.bool, device=x.device)
+    allowed[:la, :la] = torch.ones(la, la, dtype=torch.bool, device=x.device).tril()
+    allowed[la:, :(cond_end if cond_end > 0 else la)] = True
+    allowed[la:, la:] = True
+    for layer in model.model.layers:
+        qa, ka, va = layer.self_attn.project(layer.input_layernorm(h_ar), cos[:la], sin[:la])
+        qn, kn, vn = layer.nar_self_attn.project(layer.nar_input_layernorm(h_nar), cos[la:], sin[la:])
+        out = attend(torch.cat([qa, qn], 2), torch.cat([ka, kn], 2), torch.cat([va, vn], 2), mask=allowed)
+        h_ar = h_ar + layer.self_attn.output(out[:, :, :la])
+        h_ar = h_ar + layer.mlp(layer.post_attention_layernorm(h_ar))
+        h_nar = h_nar + layer.nar_self_attn.output(out[:, :, la:])
+        h_nar = h_nar + layer.nar_mlp(layer.nar_pre_mlp_layernorm(h_nar))
+    return model.llm2vae(model.model.norm(h_nar[0]))[1:-1]
