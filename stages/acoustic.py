@@ -83,6 +83,7 @@ class AcousticEngine:
             pieces.append(self.solve_chunk(ids, noise[a:b], request.ode_steps, request.cond_end))
         return torch.cat(pieces).numpy()
 
+    @torch.inference_mode()
     def solve_chunk(self, ids: list[int], noise: torch.Tensor, steps: int, cond_end: int = 0) -> torch.Tensor:
         """One chunk: AR prefill once, then the ODE in the model dtype; → FP32 CPU latents [b − a, latent_dim]."""
         tokens = torch.tensor(ids, dtype=torch.long, device=self.device)

@@ -11,11 +11,11 @@ from .config import TokenLayout
 from .tokenizer import Tokenizer
 
 INSTRUCTIONS = {
-    "off": "Generate music with codec tokens from the given conditions.",
-    "melody": "Generate a melody-only ABC transcription without chord symbols, then generate music with codec "
-              "tokens from the given conditions.",
     "full": "Generate a chord-annotated ABC transcription, then generate music with codec tokens from the given "
             "conditions.",
+    "melody": "Generate a melody-only ABC transcription without chord symbols, then generate music with codec "
+              "tokens from the given conditions.",
+    "off": "Generate music with codec tokens from the given conditions.",
 }
 COT_MODES = tuple(INSTRUCTIONS)
 DEFAULT_SEED = 831001

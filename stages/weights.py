@@ -38,7 +38,7 @@ def load_model(model_dir: str | Path, cfg: configs.Yue2Config, parts, *, device=
     if PE in needed and PE not in tensors:  # allowed to be absent: it is a fixed table
         tensors[PE] = sinusoid_table(cfg.model.max_latent_frames, cfg.model.hidden_size).to(device, dtype)
     model.load_state_dict(tensors, strict=True, assign=True)
-    return model.eval()
+    return model.eval().requires_grad_(False)
 
 
 def random_model_tensors(cfg: configs.Yue2Config, seed: int, device="cpu") -> dict[str, torch.Tensor]:

@@ -1,0 +1,67 @@
+"""The acoustic stage: solver, chunking, noise slicing (MODEL.md §9.2, §9.3), on the tiny checkpoint."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from stages.acoustic import AcousticEngine, AcousticRequest, chunk_tokens, midpoint_solve, raw_time, song_noise
+from stages.config import BYTE_LAYOUT
+from stages.protocol import chunk_ranges
+from stages.transformer import AR, NAR
+from stages.weights import load_model
+
+
+def test_solver_with_unit_velocity_calls_64_times_and_starts_at_raw_20():
+    calls = []
+
+    def v(x, raw):
+        calls.append(raw)
+        return torch.ones_like(x)
+
+    noise = torch.randn(3, 8)
+    out = midpoint_solve(v, noise, 32)
+    assert len(calls) == 64 and calls[0] == 20.0
+    assert calls[1] == pytest.approx(float(np.log((1 - 1 / 64) / (1 / 64))))
+    torch.testing.assert_close(out, noise - 1, atol=1e-6, rtol=0)
+    assert raw_time(1.0) == 20.0 and raw_time(0.0) == -20.0 and raw_time(0.5) == 0.0
+
+
+def test_chunks_noise_and_chunk_tokens():
+    ranges = chunk_ranges(11, 2, 15)
+    assert [b - a for a, b in ranges] == [5, 5, 1]
+    whole = torch.randn((11, 8), generator=torch.Generator("cpu").manual_seed(5))
+    noise = song_noise(11, 8, 5)
+    assert torch.equal(noise, whole)
+    assert torch.equal(torch.cat([noise[a:b] for a, b in ranges]), whole)
+    codes = np.arange(11, dtype=np.int32)
+    assert chunk_tokens([256, 464], codes, 5, 10, BYTE_LAYOUT) == [256, 464] + [466 + c for c in range(5, 10)] + [465]
+    # tiny's latent width is 8: not the first 8 columns of a 64-wide draw
+    assert not torch.equal(song_noise(4, 8, 1), song_noise(4, 64, 1)[:, :8])
+
+
+@pytest.fixture(scope="module")
+def engine(tiny_ckpt_dir, tiny_cfg):
+    return AcousticEngine(load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, NAR}), BYTE_LAYOUT)
+
+
+def test_synthesize_equals_chunk_by_chunk_solves(engine):
+    prefix = tuple([256] + list(range(60, 400)) + [464])          # 342 tokens → chunks of (512 − 342 − 3) // 2 = 83
+    codes = np.random.default_rng(0).integers(0, 64, 200).astype(np.int32)
+    request = AcousticRequest("t", prefix, codes, seed=9, ode_steps=4)
+    latents = engine.synthesize(request)
+    assert latents.shape == (200, 8) and latents.dtype == np.float32
+    ranges = chunk_ranges(200, len(prefix), 512)
+    assert len(ranges) == 3
+    noise = song_noise(200, 8, 9)
+    manual = [engine.solve_chunk(chunk_tokens(prefix, codes, a, b, BYTE_LAYOUT), noise[a:b], 4) for a, b in ranges]
+    np.testing.assert_array_equal(latents, torch.cat(manual).numpy())
+    assert np.array_equal(latents, engine.synthesize(request))
+    assert not np.array_equal(latents, engine.synthesize(AcousticRequest("t", prefix, codes, seed=10, ode_steps=4)))
+
+
+def test_bad_codes_are_refused(engine):
+    from stages.protocol import ProtocolError
+
+    with pytest.raises(ProtocolError, match=r"\[0, 64\)"):
+        engine.synthesize(AcousticRequest("t", (256, 464), np.array([3, 64], dtype=np.int32), seed=1, ode_steps=1))
