@@ -52,6 +52,7 @@ class _Live:
     end: int
     bias: torch.Tensor
     next_logits: torch.Tensor              # [branches, vocab] for the coming draw
+    window: sampling.RecentWindow
     history: list[int] = field(default_factory=list)
     started: float = 0.0
     prefill_seconds: float = 0.0
@@ -60,7 +61,10 @@ class _Live:
 
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, rows: int = 2, capacity: int | None = None,
-                 cuda_graphs: bool = False, min_bucket: int = 256):
+                 cuda_graphs: bool = False, kv_buckets: bool = False, min_bucket: int = 256):
+        """`kv_buckets` lets a step attend to only the smallest power-of-two key range that covers every live row
+        (faster on long caches); without it every row always attends over the whole capacity, so a row's numbers
+        never depend on which other requests share the batch."""
         cfg = model.cfg
         weight = model.model.embed_tokens.weight
         self.model, self.layout, self.cfg = model, layout, cfg
@@ -74,7 +78,9 @@ class AREngine:
         self.host_positions = [0] * rows
         self.free_rows = deque(range(rows))
         self.live: list[_Live] = []
-        self.buckets = _buckets(min_bucket, self.capacity)
+        self.buckets = _buckets(min_bucket, self.capacity) if kv_buckets else [self.capacity]
+        pinned = self.device.type == "cuda"
+        self.drawn_host = torch.zeros(rows, dtype=torch.long, pin_memory=pinned)   # drawn ids land here
         self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
         if cuda_graphs:
             self._capture_graphs()
@@ -100,7 +106,9 @@ class AREngine:
         bias = sampling.allowed_bias(request.phase, self.layout, self.cfg.vocab_size, torch.float32, self.device)
         _sync(self.device)
         now = time.perf_counter()
-        self.live.append(_Live(request, rows, generator, end, bias, first, started=now, prefill_seconds=now - start))
+        window = sampling.RecentWindow(request.sampling.penalty_window, self.cfg.vocab_size, self.device)
+        self.live.append(_Live(request, rows, generator, end, bias, first, window, started=now,
+                               prefill_seconds=now - start))
 
     def prefill(self, row: int, ids, chunk: int | None = None) -> torch.Tensor:
         """Write ids into `row` from its start, `chunk` tokens per pass (all at once by default) → last logits [V]."""
@@ -138,27 +146,40 @@ class AREngine:
     # ---- decoding -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[ARResult]:
-        """Draw one token for every live request, retire finished ones, then one batched forward for the rest."""
-        drawn = [self._draw(live) for live in self.live]
-        ids = torch.cat(drawn).tolist() if drawn else []
-        finished, feeding = [], []
-        for live, token in zip(self.live, ids):
-            live.batch_sum += len(self.live)
-            s = live.request.sampling
+        """Draw one token for every live request, feed them all in one batched forward, then retire the finished.
+
+        The drawn ids stay on the device: they are written into the decode inputs and the forward is queued
+        before the host reads them back, so the host's bookkeeping overlaps the GPU's forward. A request that
+        just finished was fed once more for nothing; its rows are simply freed.
+        """
+        if not self.live:
+            return []
+        drawn = []
+        for live in self.live:
+            token = self._draw(live)                                   # [1] on the device
+            live.window.push(token)
+            for row in live.rows:
+                self.tokens[row] = token[0]
+            drawn.append(token)
+        n = len(drawn)
+        self.drawn_host[:n].copy_(torch.cat(drawn), non_blocking=True)
+        ready = _event(self.device)
+        out = self._run_decode([row for live in self.live for row in live.rows])
+        for live in self.live:
+            live.next_logits = out[live.rows]                          # gathered before the next replay
+        if ready is not None:
+            ready.synchronize()
+        finished = []
+        for live, token in zip(self.live, self.drawn_host[:n].tolist()):
+            live.batch_sum += n
             if token == live.end:
                 finished.append(self._retire(live, truncated=False))
                 continue
             live.history.append(token)
-            if len(live.history) >= s.max_tokens:
+            if len(live.history) >= live.request.sampling.max_tokens:
                 finished.append(self._retire(live, truncated=True))
-                continue
-            feeding.append((live, token))
         done = {r.key for r in finished}
         self.live = [live for live in self.live if live.request.key not in done]
-        if feeding:
-            out = self.decode({row: token for live, token in feeding for row in live.rows})
-            for live, _ in feeding:
-                live.next_logits = out[live.rows]
         return finished
 
     def _draw(self, live: _Live) -> torch.Tensor:
@@ -166,7 +187,7 @@ class AREngine:
         conditional = live.next_logits[0:1]
         unconditional = live.next_logits[1:2] if len(live.rows) > 1 else None
         combined = sampling.cfg_combine(conditional, unconditional, r.cfg_scale)
-        scores = sampling.step_scores(combined, r.sampling, live.bias, live.end, live.history,
+        scores = sampling.step_scores(combined, r.sampling, live.bias, live.end, live.window,
                                       len(live.history), r.legacy)
         return sampling.draw(scores, r.sampling, live.generator).reshape(1)
 
@@ -180,22 +201,25 @@ class AREngine:
                         live.prefill_seconds, time.perf_counter() - live.started, live.batch_sum / steps)
 
     def decode(self, row_tokens: dict[int, int]) -> torch.Tensor:
-        """Feed one token to each given row at its current position → logits [rows, V] (other rows: garbage).
+        """Feed one token to each given row at its current position → logits [rows, V] (other rows: garbage)."""
+        self.tokens.copy_(torch.tensor([row_tokens.get(r, 0) for r in range(self.rows)]))
+        return self._run_decode(list(row_tokens))
+
+    def _run_decode(self, fed: list[int]) -> torch.Tensor:
+        """One forward of all rows with the tokens already in `self.tokens`; advances the fed rows.
 
         Rows not fed still compute (fixed shapes); they write a dummy entry at their own next position, which
         lies beyond what they can see and is overwritten when they are fed there.
         """
-        tokens = [row_tokens.get(row, 0) for row in range(self.rows)]
         positions = [min(p, self.capacity - 1) for p in self.host_positions]
-        self.tokens.copy_(torch.tensor(tokens), non_blocking=True)
         self.positions.copy_(torch.tensor(positions), non_blocking=True)
-        kv_len = next(b for b in self.buckets if b > max(positions[row] for row in row_tokens))
+        kv_len = next(b for b in self.buckets if b > max(positions[row] for row in fed))
         if kv_len in self.graphs:
             graph, out = self.graphs[kv_len]
             graph.replay()
         else:
             out = self._decode_forward(kv_len)
-        for row in row_tokens:
+        for row in fed:
             self.host_positions[row] += 1
         return out
 
@@ -262,6 +286,15 @@ def _buckets(smallest: int, capacity: int) -> list[int]:
 
 def _uses_cfg(request: ARRequest) -> bool:
     return request.negative is not None and request.cfg_scale != 1.0
+
+
+def _event(device: torch.device):
+    """A CUDA event recorded now (None on the CPU, where every op has already finished)."""
+    if device.type != "cuda":
+        return None
+    event = torch.cuda.Event()
+    event.record()
+    return event
 
 
 def _sync(device: torch.device) -> None:

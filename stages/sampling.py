@@ -46,14 +46,51 @@ def window_penalty(scores: torch.Tensor, recent: list[int], penalty: float) -> t
     return torch.where(scores < 0, scores * factor, scores / factor)
 
 
-def step_scores(logits: torch.Tensor, s: Sampling, bias: torch.Tensor, end: int, history: list[int], step: int,
-                legacy: bool) -> torch.Tensor:
-    """logits [1, vocab] (model dtype) → the final scores to softmax and draw from (or argmax when T = 0)."""
+class RecentWindow:
+    """How often each id occurs among a request's last `window` generated ids, kept on the device.
+
+    Equal to counting `history[-window:]` afresh every step (the reference's way), without sending the history
+    to the device each token: a ring of the last ids and a count row updated by two scatter-adds per token.
+    """
+
+    def __init__(self, window: int, vocab: int, device):
+        self.window, self.n = window, 0
+        self.ring = torch.zeros(window, dtype=torch.long, device=device)
+        self.counts = torch.zeros(1, vocab, dtype=torch.float32, device=device)
+        self._one = torch.ones(1, 1, device=device)
+
+    def push(self, token: torch.Tensor) -> None:
+        """token: the drawn id as a device tensor [1]."""
+        slot = self.n % self.window
+        if self.n >= self.window:
+            self.counts.scatter_add_(-1, self.ring[slot].view(1, 1), -self._one)
+        self.ring[slot] = token[0]
+        self.counts.scatter_add_(-1, token.view(1, 1), self._one)
+        self.n += 1
+
+
+def penalise(scores: torch.Tensor, counts: torch.Tensor, penalty: float) -> torch.Tensor:
+    """window_penalty from a count row (integers, exact in BF16 too): ids never seen get factor 1, i.e. no change."""
+    if penalty == 1.0:
+        return scores
+    factor = penalty ** counts.to(scores.dtype)
+    return torch.where(scores < 0, scores * factor, scores / factor)
+
+
+def step_scores(logits: torch.Tensor, s: Sampling, bias: torch.Tensor, end: int, recent: RecentWindow | list[int],
+                step: int, legacy: bool) -> torch.Tensor:
+    """logits [1, vocab] (model dtype) → the final scores to softmax and draw from (or argmax when T = 0).
+
+    `recent` is the request's generated ids (a list, counted here) or its RecentWindow (counted on the device).
+    """
     scores = logits.clone() if legacy else logits.float()
     scores = scores + bias.to(scores.dtype)
     if step < s.min_tokens:
         scores[..., end] = float("-inf")
-    scores = window_penalty(scores, history[-s.penalty_window:], s.repetition_penalty)
+    if isinstance(recent, RecentWindow):
+        scores = penalise(scores, recent.counts, s.repetition_penalty)
+    else:
+        scores = window_penalty(scores, recent[-s.penalty_window:], s.repetition_penalty)
     if s.temperature == 0:
         return scores
     if s.temperature != 1:

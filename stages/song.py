@@ -130,7 +130,7 @@ class SongEngines:
     def __init__(self, ckpt: Checkpoint, device="cpu", dtype: torch.dtype | None = None, cuda_graphs=False):
         self.ckpt, self.device = ckpt, torch.device(device)
         model = load_model(ckpt.model_dir, ckpt.cfg, ALL_PARTS, device=device, dtype=dtype)
-        self.ar = AREngine(model, ckpt.cfg.tokens, rows=2, cuda_graphs=cuda_graphs)
+        self.ar = AREngine(model, ckpt.cfg.tokens, rows=2, cuda_graphs=cuda_graphs, kv_buckets=cuda_graphs)
         self.acoustic = AcousticEngine(model, ckpt.cfg.tokens)
         self.decoder: OobleckDecoder = load_decoder(ckpt.vae_dir, ckpt.cfg.vae, device=device)
 

@@ -1,6 +1,7 @@
 """Parity of the production forms against the simple ones (MODEL.md §9.1, §9.4), on the tiny random checkpoint."""
 from __future__ import annotations
 
+import numpy as np
 import pytest
 import torch
 
@@ -70,18 +71,18 @@ def test_batch_of_two_prompts_of_different_lengths(model):
 
 
 @torch.inference_mode()
-def test_cfg_pair_with_unequal_prefixes_equals_two_single_runs(model, tiny_cfg):
+@pytest.mark.parametrize("window, legacy", [(50, False), (3, True)])
+def test_cfg_pair_with_unequal_prefixes_equals_two_single_runs(model, tiny_cfg, window, legacy):
+    """The engine's CFG draws = drawing by hand from two independent full forwards, with a list history."""
+    from stages import sampling
     from stages.ar import ARRequest
     from stages.config import Sampling
 
-    s = Sampling(1.0, 0.95, 100, 1.2, 50, 4, 12)
+    s = Sampling(1.0, 0.95, 100, 1.2, window, 4, 12)
     pos, neg = tuple([256] + list(range(30, 52)) + [464]), (256, 71, 72, 464)
-    pair = ARRequest("x", "semantic", pos, s, seed=7, negative=neg, cfg_scale=1.5)
+    pair = ARRequest("x", "semantic", pos, s, seed=7, negative=neg, cfg_scale=1.5, legacy=legacy)
     engine = AREngine(model, _layout(model), rows=2, capacity=64, min_bucket=16)
     (result,) = engine.generate([pair])
-    # Replay the same tokens through two independent single-row runs and redo the CFG draw by hand.
-    from stages import sampling
-
     layout = _layout(model)
     g = torch.Generator().manual_seed(7)
     bias = sampling.allowed_bias("semantic", layout, tiny_cfg.model.vocab_size, torch.float32, "cpu")
@@ -90,9 +91,29 @@ def test_cfg_pair_with_unequal_prefixes_equals_two_single_runs(model, tiny_cfg):
         c = full_logits(model, list(pos) + history)[-1:]
         u = full_logits(model, list(neg) + history)[-1:]
         scores = sampling.step_scores(sampling.cfg_combine(c, u, 1.5), s, bias, layout.music_end, history, step,
-                                      False)
+                                      legacy)
         assert sampling.draw(scores, s, g).item() == token
         history.append(token)
+    assert len(history) == 12 and result.truncated
+
+
+@torch.inference_mode()
+def test_continuous_batching_gives_each_request_its_solo_result(model):
+    """Requests joining and leaving a shared batch draw exactly what they draw alone (CPU, no key buckets)."""
+    from stages.ar import ARRequest
+    from stages.config import Sampling
+
+    def req(key, n, seed, cfg=1.0):
+        s = Sampling(1.0, 0.95, 100, 1.2, 50, n, n)
+        prefix = tuple([256] + list(range(40, 40 + 3 * seed)) + [464])
+        return ARRequest(key, "semantic", prefix, s, seed, negative=(256, 464) if cfg != 1 else None, cfg_scale=cfg)
+
+    requests = [req("a", 20, 1), req("b", 7, 2, cfg=1.3), req("c", 15, 3), req("d", 9, 4)]
+    together = {r.key: r for r in AREngine(model, _layout(model), rows=4, capacity=96).generate(requests)}
+    assert together["a"].mean_batch > 1
+    for r in requests:
+        (alone,) = AREngine(model, _layout(model), rows=4, capacity=96).generate([r])
+        assert np.array_equal(alone.ids, together[r.key].ids), r.key
 
 
 def _layout(model):
