@@ -78,6 +78,51 @@ def song(
     typer.echo(f"wrote {out}: {record['audio']['seconds']:.2f} s of audio ({line})")
 
 
+@app.command()
+def render(
+    album: Annotated[Path, typer.Argument(help="Album spec (TOML).")] = Path("configs/albums/demo.toml"),
+    out: Annotated[str | None, typer.Option("--out", "-o", envvar="FARM_OUT",
+                                            help="Album folder: a path or an fsspec URL (default out/<album>).")]
+    = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", envvar="FARM_MODEL",
+                                              help="'tiny' or a checkpoint dir (default: the album's, else tiny).")]
+    = None,
+    vae: VaeOpt = None,
+    address: Annotated[str | None, typer.Option(help="A running Ray cluster: auto, HOST:PORT or ray://…; "
+                                                     "default: start a local one.")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); without "
+                                                      "--address, a local cluster of its virtual cards.")] = None,
+    force: Annotated[bool, typer.Option(help="Redo every stage, even finished ones.")] = False,
+    exact: Annotated[bool, typer.Option(help="One track at a time per worker: the sequential path's numerics.")]
+    = False,
+    threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.")] = 1,
+) -> None:
+    """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
+    from .driver import RenderOptions, render_album
+
+    opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
+                         threads=threads)
+    result = guarded(render_album, album, opts)
+    done = sum(r["status"] == "done" for r in result.rows)
+    typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
+               f"(run {result.run_id}, {len(result.events)} stage calls)")
+    for key, error in result.failures.items():
+        typer.echo(f"failed: {key}: {error}", err=True)
+    if result.failures:
+        raise typer.Exit(code=1)
+
+
+@app.command()
+def inventory(
+    cluster: Annotated[Path | None, typer.Option(help="Show a profile's virtual cards instead of this host's.")]
+    = None,
+) -> None:
+    """The cards the farm can place stages on: this host's GPUs (NVML), or a cluster profile's."""
+    from .inventory import show_inventory
+
+    guarded(show_inventory, cluster)
+
+
 @bench_app.command("song")
 def bench_song(
     model: ModelOpt = "tiny",

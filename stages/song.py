@@ -92,16 +92,28 @@ def codes_from(result: ARResult, ckpt: Checkpoint) -> np.ndarray:
     return (result.ids - ckpt.cfg.tokens.codec_offset).astype(np.int32)
 
 
-def validate(ckpt: Checkpoint, request: SongRequest, settings: SongSettings) -> None:
-    """Fail before any compute if a stage could overrun the context, assuming the longest score the plan may write."""
-    layout, context = ckpt.cfg.tokens, ckpt.cfg.model.context
+def ar_tokens_needed(ckpt: Checkpoint, request: SongRequest, settings: SongSettings) -> dict[str, int]:
+    """Prefix + generation budget of each AR stage, assuming the longest score the plan may write: the KV rows a
+    request can fill, and what must fit the context."""
+    layout = ckpt.cfg.tokens
     given = given_abc_ids(request, ckpt.tokenizer, layout)
+    out = {}
     if request.has_plan_stage:
-        check_context(len(plan_prefix(request, ckpt.tokenizer, layout)), settings.plan.max_tokens, context, "plan")
+        out["plan"] = len(plan_prefix(request, ckpt.tokenizer, layout)) + settings.plan.max_tokens
     longest_abc = given if given is not None else [0] * settings.plan.max_tokens
     prefix = semantic_prefix(request, ckpt.tokenizer, layout, longest_abc)
-    check_context(len(prefix), settings.semantic.max_tokens, context, "semantic")
-    chunk_ranges(1, len(prefix), context)
+    out["semantic"] = len(prefix) + settings.semantic.max_tokens
+    out["semantic_prefix"] = len(prefix)
+    return out
+
+
+def validate(ckpt: Checkpoint, request: SongRequest, settings: SongSettings) -> None:
+    """Fail before any compute if a stage could overrun the context, assuming the longest score the plan may write."""
+    context, need = ckpt.cfg.model.context, ar_tokens_needed(ckpt, request, settings)
+    if "plan" in need:
+        check_context(need["plan"] - settings.plan.max_tokens, settings.plan.max_tokens, context, "plan")
+    check_context(need["semantic_prefix"], settings.semantic.max_tokens, context, "semantic")
+    chunk_ranges(1, need["semantic_prefix"], context)
 
 
 # ---- the sequential path ------------------------------------------------------------------------------------

@@ -26,3 +26,28 @@ def tiny_ckpt_dir(tmp_path_factory, tiny_cfg):
     out = tmp_path_factory.mktemp("tiny-ckpt")
     init_checkpoint(tiny_cfg, out, seed=0)
     return out
+
+
+PROFILES = ROOT / "tests" / "data" / "clusters"
+
+
+@pytest.fixture(scope="session")
+def ray_cluster():
+    """One local multi-node Ray cluster for the whole session: a node per (test-profile node, GPU model)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    from cluster.profiles import load_profile
+    from farm.raycluster import OBJECT_STORE_BYTES, profile_devices, profile_nodes
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES})
+    for name in ("ci", "lab", "mixed"):
+        profile = load_profile(PROFILES / f"{name}.toml")
+        for args in profile_nodes(profile, profile_devices(profile)):
+            cluster.add_node(**args)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    yield cluster
+    ray.shutdown()
+    cluster.shutdown()

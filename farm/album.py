@@ -1,0 +1,238 @@
+"""Album specs: a TOML file of tracks → validated, frozen `AlbumSpec`, reporting every problem at once.
+
+```toml
+title = "Paper Boats"                    # required
+model = "tiny"                           # optional: what `farm render` uses when --model is not given
+[defaults]                               # optional; any track key except title/lyrics/abc
+style = "lo-fi pop, warm piano"
+cot = "full"
+seed = 831001                            # a track without its own seed gets defaults.seed + (number − 1)
+[defaults.sampling.semantic]
+temperature = 0.95
+[[tracks]]
+title = "Harbour Lights"                 # required; becomes the folder name 01-harbour-lights
+lyrics_file = "lyrics/harbour.txt"       # or an inline lyrics = "..."; paths are relative to this file
+abc_file = "scores/harbour.abc"          # optional: your own score (ABC text, or plan.npy ids), or abc = "..."
+```
+Every message names the file, the track (number and title) and the field. Knows nothing about rendering.
+"""
+from __future__ import annotations
+
+import math
+import re
+import tomllib
+import unicodedata
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from stages.protocol import COT_MODES, DEFAULT_SEED
+
+from .errors import UserError
+
+TRACK_KEYS = {"title", "style", "lyrics", "lyrics_file", "cot", "seed", "guidance", "abc", "abc_file",
+              "max_semantic_tokens", "sampling"}
+DEFAULT_KEYS = TRACK_KEYS - {"title", "lyrics", "lyrics_file", "abc", "abc_file"}
+SAMPLING_KEYS = {"temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
+                 "penalty_window": int, "min_tokens": int, "max_tokens": int}
+TYPES = {"title": str, "style": str, "lyrics": str, "lyrics_file": str, "cot": str, "seed": int, "guidance": float,
+         "abc": str, "abc_file": str, "max_semantic_tokens": int, "sampling": dict}
+
+
+class AlbumError(UserError):
+    def __init__(self, problems: list[str]):
+        self.problems = problems
+        super().__init__(f"{len(problems)} problem(s) in the album spec:\n" + "\n".join(f"  {p}" for p in problems))
+
+
+@dataclass(frozen=True)
+class TrackSpec:
+    number: int
+    title: str
+    folder: str                              # NN-slug: safe, unique, readable
+    style: str
+    lyrics: str
+    cot: str
+    seed: int
+    guidance: float | None = None
+    abc: str | None = None
+    abc_ids: tuple[int, ...] | None = None
+    max_semantic_tokens: int | None = None
+    sampling: dict = field(default_factory=dict)   # {"plan": {...}, "semantic": {...}} overrides
+
+    @property
+    def label(self) -> str:
+        return f'track {self.number} "{self.title}"'
+
+
+@dataclass(frozen=True)
+class AlbumSpec:
+    path: Path
+    title: str
+    model: str | None
+    tracks: tuple[TrackSpec, ...]
+
+    @property
+    def slug(self) -> str:
+        return slugify(self.title) or "album"
+
+
+def slugify(title: str) -> str:
+    """Readable, filesystem-safe: NFC, lower case, letters and digits of any script kept, the rest become '-'."""
+    text = unicodedata.normalize("NFC", title).casefold()
+    text = re.sub(r"[^\w]+", "-", text, flags=re.UNICODE).replace("_", "-")
+    return re.sub(r"-{2,}", "-", text).strip("-")[:80]
+
+
+def load_album(path: str | Path) -> AlbumSpec:
+    path = Path(path)
+    try:
+        data = tomllib.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise AlbumError([f"{path}: no such album spec"]) from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        raise AlbumError([f"{path}: not valid TOML: {exc}"]) from None
+    problems: list[str] = []
+    where = str(path)
+    for key in sorted(set(data) - {"title", "model", "defaults", "tracks"}):
+        problems.append(f"{where}: unknown key {key!r}")
+    title = data.get("title")
+    if not isinstance(title, str) or not title.strip():
+        problems.append(f"{where}: title: required, a non-empty string")
+    model = data.get("model")
+    if model is not None and not isinstance(model, str):
+        problems.append(f"{where}: model: must be a string")
+    defaults = data.get("defaults", {})
+    if not isinstance(defaults, dict):
+        problems.append(f"{where}: defaults: must be a table")
+        defaults = {}
+    _check_fields(defaults, DEFAULT_KEYS, f"{where}: defaults", problems)
+    raw_tracks = data.get("tracks")
+    if not isinstance(raw_tracks, list) or not raw_tracks or not all(isinstance(t, dict) for t in raw_tracks):
+        problems.append(f"{where}: tracks: required, one or more [[tracks]] tables")
+        raw_tracks = []
+    tracks = [_track(i + 1, raw, defaults, path, problems) for i, raw in enumerate(raw_tracks)]
+    _check_unique(tracks, where, problems)
+    if problems:
+        raise AlbumError(problems)
+    return AlbumSpec(path, title.strip(), model, tuple(tracks))
+
+
+def _check_fields(table: dict, allowed: set[str], where: str, problems: list[str]) -> None:
+    for key, value in table.items():
+        if key not in allowed:
+            problems.append(f"{where}: unknown key {key!r}")
+            continue
+        expected = TYPES[key]
+        ok = isinstance(value, expected) and not isinstance(value, bool)
+        if expected is float:
+            ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+        if not ok:
+            problems.append(f"{where}: {key}: must be {expected.__name__}, got {type(value).__name__} {value!r}")
+    if isinstance(table.get("sampling"), dict):
+        _check_sampling(table["sampling"], where, problems)
+    if isinstance(table.get("cot"), str) and table["cot"] not in COT_MODES:
+        problems.append(f"{where}: cot: must be one of {', '.join(COT_MODES)}, got {table['cot']!r}")
+    if isinstance(table.get("seed"), int) and not 0 <= table["seed"] < 2 ** 63:
+        problems.append(f"{where}: seed: must be in [0, 2**63)")
+    if isinstance(table.get("max_semantic_tokens"), int) and table["max_semantic_tokens"] < 1:
+        problems.append(f"{where}: max_semantic_tokens: must be >= 1")
+
+
+def _check_sampling(sampling: dict, where: str, problems: list[str]) -> None:
+    for stage, overrides in sampling.items():
+        if stage not in ("plan", "semantic") or not isinstance(overrides, dict):
+            problems.append(f"{where}: sampling.{stage}: expected [sampling.plan] or [sampling.semantic] tables")
+            continue
+        for key, value in overrides.items():
+            kind = SAMPLING_KEYS.get(key)
+            if kind is None:
+                problems.append(f"{where}: sampling.{stage}.{key}: unknown key")
+            elif isinstance(value, bool) or not isinstance(value, (int, float) if kind is float else int):
+                problems.append(f"{where}: sampling.{stage}.{key}: must be {kind.__name__}, got {value!r}")
+
+
+def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: list[str]) -> TrackSpec | None:
+    title = raw.get("title")
+    label = f'track {number} "{title}"' if isinstance(title, str) else f"track {number}"
+    where = f"{spec_path}: {label}"
+    before = len(problems)
+    _check_fields(raw, TRACK_KEYS, where, problems)
+    if not isinstance(title, str) or not title.strip():
+        problems.append(f"{where}: title: required, a non-empty string")
+    elif re.search(r"[/\\\x00-\x1f\x7f]", title) or title.strip() in (".", "..") or title.strip().startswith("."):
+        problems.append(f"{where}: title: must not contain path separators or control characters, nor start "
+                        f"with '.' (it names the track's folder)")
+    elif not slugify(title):
+        problems.append(f"{where}: title: needs at least one letter or digit (it names the track's folder)")
+    merged = {**defaults, **raw}
+    lyrics = _text_field(raw, "lyrics", "lyrics_file", spec_path, where, problems, required=True)
+    if lyrics is not None and not lyrics.strip():
+        problems.append(f"{where}: lyrics: empty")
+    abc, abc_ids = None, None
+    if "abc_file" in raw and isinstance(raw["abc_file"], str) and raw["abc_file"].endswith(".npy"):
+        abc_ids = _abc_ids(spec_path.parent / raw["abc_file"], where, problems)
+    else:
+        abc = _text_field(raw, "abc", "abc_file", spec_path, where, problems, required=False)
+    style = merged.get("style")
+    if not isinstance(style, str):
+        problems.append(f"{where}: style: required (here or in [defaults])")
+    cot = merged.get("cot", "full")
+    if (abc is not None or abc_ids is not None) and cot == "off":
+        problems.append(f"{where}: abc: a given score needs cot full or melody")
+    if len(problems) > before:
+        return None
+    seed = merged.get("seed", DEFAULT_SEED) + (0 if "seed" in raw else number - 1)
+    sampling = {k: {**defaults.get("sampling", {}).get(k, {}), **raw.get("sampling", {}).get(k, {})}
+                for k in ("plan", "semantic")}
+    return TrackSpec(number=number, title=title.strip(), folder=f"{number:02d}-{slugify(title)}", style=style,
+                     lyrics=lyrics, cot=cot, seed=seed, guidance=merged.get("guidance"), abc=abc, abc_ids=abc_ids,
+                     max_semantic_tokens=merged.get("max_semantic_tokens"), sampling=sampling)
+
+
+def _text_field(raw: dict, inline: str, file_key: str, spec_path: Path, where: str, problems: list[str],
+                required: bool) -> str | None:
+    if inline in raw and file_key in raw:
+        problems.append(f"{where}: {inline}: give {inline} or {file_key}, not both")
+        return None
+    if isinstance(raw.get(inline), str):
+        return raw[inline]
+    if isinstance(raw.get(file_key), str):
+        file = spec_path.parent / raw[file_key]
+        try:
+            return file.read_text(encoding="utf-8")
+        except FileNotFoundError:
+            problems.append(f"{where}: {file_key}: file not found: {file}")
+        except (UnicodeDecodeError, IsADirectoryError):
+            problems.append(f"{where}: {file_key}: not a UTF-8 text file: {file}")
+        return None
+    if required and inline not in raw and file_key not in raw:
+        problems.append(f"{where}: {inline}: required ({inline} = \"\"\"…\"\"\" or {file_key} = \"path\")")
+    return None
+
+
+def _abc_ids(file: Path, where: str, problems: list[str]) -> tuple[int, ...] | None:
+    import numpy as np
+
+    try:
+        ids = np.load(file, allow_pickle=False)
+    except (FileNotFoundError, ValueError, OSError) as exc:
+        problems.append(f"{where}: abc_file: cannot read {file}: {exc}")
+        return None
+    if ids.ndim != 1 or ids.dtype.kind not in "iu" or ids.size == 0:
+        problems.append(f"{where}: abc_file: {file} must hold a non-empty 1-D integer array")
+        return None
+    return tuple(int(i) for i in ids)
+
+
+def _check_unique(tracks: list[TrackSpec | None], where: str, problems: list[str]) -> None:
+    seen: dict[str, TrackSpec] = {}
+    for t in tracks:
+        if t is None:
+            continue
+        key = slugify(t.title)
+        if key in seen:
+            first = seen[key]
+            problems.append(f"{where}: {t.label}: title: duplicates {first.label} (both would be folder "
+                            f"'{key}'); titles must be unique")
+        else:
+            seen[key] = t

@@ -1,0 +1,200 @@
+"""`farm render`: an album streamed through stage workers placed by the planner, resumable, byte-for-byte
+reproducible.
+
+The driver only decides and moves references: it validates the album, finds each track's first missing stage,
+asks the planner where each stage runs, starts one worker per (card, engine), and then loops —
+`cluster.dispatch.next_dispatch` says which idle worker slot takes which ready track, the call is submitted with
+the previous stage's ObjectRef (or `FromStore` when an earlier run made it), and each finished call's small
+`StageEvent` (never tokens, latents or audio) goes to metrics.parquet and the progress board. A failed stage fails
+its track only; the others go on.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster import dispatch
+
+from . import metrics as metrics_io
+from . import trackstore
+from .album import load_album
+from .errors import UserError
+from .jobs import STAGES, FromStore, StageEvent, TrackJob, album_jobs
+from .models import resolve_model
+from .progress import Board
+from .store import Store
+
+
+@dataclass(frozen=True)
+class RenderOptions:
+    out: str | None = None
+    model: str | None = None
+    vae: str | None = None
+    address: str | None = None
+    cluster: Path | None = None
+    force: bool = False
+    exact: bool = False
+    threads: int = 1
+    progress: bool | None = None          # None: a live table on a terminal, log lines otherwise
+
+
+@dataclass
+class RenderResult:
+    out: str
+    run_id: str
+    plan_text: str
+    events: list[StageEvent]
+    rows: list[dict]
+    failures: dict[str, str]
+    wall_seconds: float
+    workers: dict[str, dict] = field(default_factory=dict)   # worker id → where it reported running
+
+
+def prepare(album_path: Path, opts: RenderOptions):
+    """Everything that can fail on bad input, before Ray starts or anything is written."""
+    from stages.song import open_checkpoint
+
+    from .identity import checkpoint_identity
+
+    album = load_album(album_path)
+    paths = resolve_model(opts.model or album.model or "tiny", opts.vae)
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    identity = checkpoint_identity(paths)
+    jobs = album_jobs(album, ckpt, identity)
+    out = opts.out or f"out/{album.slug}"
+    if out.startswith("memory://"):
+        raise UserError("--out memory://… cannot work: fsspec's memory filesystem lives inside one process, and "
+                        "the stage workers are other processes; use a local path or an object store (s3://, gs://)")
+    return album, paths, ckpt, identity, jobs, Store(out)
+
+
+def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
+    from . import manifest, placement, raycluster
+
+    started = time.time()
+    album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
+    done = {} if opts.force else {j.key: trackstore.finished_stages(store, j) for j in jobs}
+    starts = {j.key: len(done.get(j.key, {})) for j in jobs}
+    todo = [j for j in jobs if starts[j.key] < len(j.stages)]
+    runtime = raycluster.start(opts.address, opts.cluster)
+    try:
+        plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact)
+        print(plan.describe(), flush=True)
+        run_id = metrics_io.new_run_id()
+        log = metrics_io.EventLog(store, run_id)
+        workers, where = {}, {}
+        if todo:
+            workers = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
+            where = placement.worker_reports(workers)
+        failures = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress).run()
+        log.flush()
+        metrics_io.compact(store)
+        rows = manifest.write_album(store, album, jobs, failures, identity)
+    finally:
+        runtime.stop()
+    return RenderResult(store.url, run_id, plan.describe(), log.events, rows, failures, time.time() - started, where)
+
+
+class Pipeline:
+    """The streaming loop: dispatch ready track-stages to free worker slots, collect events, repeat."""
+
+    def __init__(self, jobs, todo, starts, workers, plan, log, progress):
+        self.jobs = {j.number: j for j in todo}
+        self.todo, self.starts, self.workers, self.log = todo, starts, workers, log
+        self.state = dispatch.new_state(dispatch.workers_from_plan(plan) if todo else [],
+                                        [j.number for j in todo])
+        for j in todo:
+            _start_at(self.state, j.number, _stage_index(j, starts[j.key]))
+        self.refs: dict[int, dict[str, object]] = {j.number: {} for j in todo}
+        self.inflight: dict[object, tuple[int, str, str]] = {}      # event ref → (track, stage, worker id)
+        self.failures: dict[str, str] = {}
+        self.board = Board(jobs, starts, progress)
+
+    def run(self) -> dict[str, str]:
+        import ray
+
+        try:
+            self._dispatch()
+            while self.inflight:
+                ready, _ = ray.wait(list(self.inflight), num_returns=1)
+                self._collect(ready[0])
+                self._dispatch()
+        finally:
+            self.board.close()
+        return self.failures
+
+    def _dispatch(self) -> None:
+        actions = dispatch.next_dispatch(self.state)
+        dispatch.apply(self.state, actions)
+        for action in actions:
+            for track in action.tracks:
+                self._submit(self.jobs[track], action.stage, action.worker)
+
+    def _submit(self, job: TrackJob, stage: str, worker_id: str) -> None:
+        actor = self.workers[worker_id]
+        refs = self.refs[job.number]
+
+        def made(s: str):       # an earlier stage's output: this run's ObjectRef, or "read it from the store"
+            return refs.get(s, FromStore(job.key))
+
+        if stage == "plan":
+            refs["plan"], event = actor.plan.remote(job)
+        elif stage == "semantic":
+            refs["semantic"], event = actor.semantic.remote(job, made("plan"))
+        elif stage == "acoustic":
+            refs["acoustic"], event = actor.synthesize.remote(job, made("plan"), made("semantic"))
+            refs.pop("plan", None)
+        else:
+            event = actor.decode.remote(job, made("acoustic"))
+            refs.clear()             # the track's payloads are no longer needed: let Ray free them
+        self.inflight[event] = (job.number, stage, worker_id)
+        self.board.running(job.key, stage)
+
+    def _collect(self, ref) -> None:
+        import ray
+
+        track, stage, worker_id = self.inflight.pop(ref)
+        job = self.jobs[track]
+        try:
+            event = ray.get(ref)
+        except Exception as exc:  # the stage failed: this track stops here, the album goes on
+            message = _first_line(exc)
+            self.failures[job.key] = f"{stage}: {message}"
+            event = StageEvent(job.key, stage, worker_id, "", 0, "", "", time.time(), time.time(), 0, 0.0, "", 0,
+                               ok=False, error=message)
+            _fail(self.state, worker_id, track)
+        else:
+            dispatch.finish(self.state, worker_id, track)
+        self.log.add(event)
+        self.log.flush()
+        self.board.finished(event)
+
+
+def _start_at(state, track: int, stage_index: int) -> None:
+    import bisect
+
+    if stage_index:
+        state.ready[STAGES[0]].remove(track)
+        bisect.insort(state.ready[STAGES[stage_index]], track)
+        state.stage_index[track] = stage_index
+
+
+def _fail(state, worker_id: str, track: int) -> None:
+    import bisect
+
+    worker = state.workers[worker_id]
+    if len(state.running[worker_id]) == worker.batch:
+        bisect.insort(state.free[worker.stage], (worker.rank, worker.id))
+    state.running[worker_id].discard(track)
+
+
+def _stage_index(job: TrackJob, finished: int) -> int:
+    """Position in STAGES of the job's first missing stage (tracks with a given score start at semantic)."""
+    return STAGES.index(job.stages[finished])
+
+
+def _first_line(exc: Exception) -> str:
+    text = str(exc).strip().splitlines()
+    lines = [line for line in text if line.strip()]
+    return lines[-1][:500] if lines else type(exc).__name__

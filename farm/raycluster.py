@@ -1,0 +1,175 @@
+"""Ray for the farm: connect to a cluster or start one, and learn its cards (the inventory placement works from).
+
+Every card is advertised to Ray as its own custom resource `farm_gpu_<uuid>` (a node's CPU as `farm_cpu_<node>`),
+so an actor asks for exactly the card placement chose — Ray's own accelerator label reads only device 0 and treats
+a node's GPUs as interchangeable. Three ways in:
+- a running cluster (`--address`, or a `ray.init` already made in this process, as tests do): the inventory comes
+  from a `--cluster` profile (virtual cards) or from NVML probes run on every node;
+- a cluster profile and no address: a local cluster with one Ray node per (profile node, GPU model) — a mixed host
+  becomes one node per model, as ECOSYSTEM.md recommends — whose cards are virtual (the work runs on the CPU);
+- neither: a local Ray on this machine, its GPUs from NVML, or its CPU when it has none.
+"""
+from __future__ import annotations
+
+import os
+import re
+import socket
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from cluster.gpus import GpuDevice, cpu_device, probe_nvml
+from cluster.profiles import ClusterProfile, load_profile, profile_inventory
+
+from .errors import UserError
+
+OBJECT_STORE_BYTES = 256 << 20
+
+
+def card_resource(device: GpuDevice) -> str:
+    return f"farm_cpu_{device.node}" if device.is_cpu else f"farm_gpu_{device.uuid}"
+
+
+@dataclass
+class Runtime:
+    inventory: list[GpuDevice]
+    profile: ClusterProfile | None
+    owns_ray: bool
+    local_cluster: object = None          # ray.cluster_utils.Cluster when we started one
+    notes: list[str] = field(default_factory=list)
+
+    def stop(self) -> None:
+        import ray
+
+        if self.owns_ray:
+            ray.shutdown()
+            if self.local_cluster is not None:
+                self.local_cluster.shutdown()
+
+
+def start(address: str | None, profile_path: Path | None) -> Runtime:
+    import ray
+
+    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
+    profile = load_profile(profile_path) if profile_path else None
+    if ray.is_initialized() or address:
+        owns = not ray.is_initialized()
+        if owns:
+            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+        inventory = profile_devices(profile) if profile else (probe_cluster() or cluster_cpus())
+        check_advertised(inventory)
+        return Runtime(inventory, profile, owns)
+    if profile is not None:
+        return start_profile_cluster(profile)
+    return start_local()
+
+
+def start_local() -> Runtime:
+    """This machine alone: its GPUs by NVML (each its own resource), else its CPU as one pseudo-card."""
+    import ray
+
+    node = _node_name(socket.gethostname())
+    gpus = probe_nvml(node)
+    inventory = gpus or [cpu_device(node, os.cpu_count() or 1)]
+    resources = {card_resource(d): 1.0 for d in inventory}
+    ray.init(num_cpus=max(2, os.cpu_count() or 1), resources=resources, include_dashboard=False,
+             object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False,
+             labels={"farm-node": node})
+    return Runtime(inventory, None, True)
+
+
+def start_profile_cluster(profile: ClusterProfile) -> Runtime:
+    """A local multi-node Ray cluster shaped like the profile; its cards are virtual (the compute runs on CPU)."""
+    import ray
+    from ray.cluster_utils import Cluster
+
+    cluster = Cluster(initialize_head=True, head_node_args={
+        "num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES})
+    inventory = profile_inventory(profile)
+    for node_args in profile_nodes(profile, inventory):
+        cluster.add_node(**node_args)
+    cluster.wait_for_nodes()
+    ray.init(address=cluster.address, log_to_driver=False)
+    return Runtime(profile_devices(profile), profile, True, cluster)
+
+
+def profile_devices(profile: ClusterProfile) -> list[GpuDevice]:
+    """A profile's virtual cards, plus the CPU of each node that has no GPU."""
+    return profile_inventory(profile) + [cpu_device(n.name, n.cpus) for n in profile.nodes if not n.gpus]
+
+
+def profile_nodes(profile: ClusterProfile, inventory: list[GpuDevice]) -> list[dict]:
+    """`Cluster.add_node` arguments: one Ray node per (profile node, GPU model), each card its own resource."""
+    out = []
+    for node in profile.nodes:
+        cards = [d for d in inventory if d.node == node.name]
+        models = list(dict.fromkeys(d.name for d in cards)) or [None]
+        for i, model in enumerate(models):
+            resources = {card_resource(d): 1.0 for d in cards if d.name == model}
+            if i == 0:
+                resources[f"farm_cpu_{node.name}"] = 1.0
+            labels = {"farm-node": node.name, "gpu-model": _label(model or "cpu")}
+            out.append({"num_cpus": 1, "resources": resources, "labels": labels,
+                        "object_store_memory": 100 << 20})
+    return out
+
+
+def probe_cluster() -> list[GpuDevice]:
+    """NVML on every alive node (a task pinned to it), keeping the cards that node advertises as farm resources."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    @ray.remote(num_cpus=0)
+    def probe(name: str) -> list[GpuDevice]:
+        return probe_nvml(name)
+
+    nodes = [n for n in ray.nodes() if n.get("Alive")]
+    refs = [probe.options(scheduling_strategy=NodeAffinitySchedulingStrategy(n["NodeID"], soft=False)).remote(
+        _node_name(n.get("Labels", {}).get("farm-node") or n["NodeManagerHostname"])) for n in nodes]
+    found = []
+    for node, devices in zip(nodes, ray.get(refs)):
+        advertised = set(node.get("Resources", {}))
+        found += [d for d in devices if card_resource(d) in advertised]
+    return found
+
+
+def cluster_cpus() -> list[GpuDevice]:
+    """With no advertised GPU anywhere, each node advertising farm_cpu_<name> offers its CPU."""
+    import ray
+
+    out = []
+    for node in ray.nodes():
+        for name in node.get("Resources", {}):
+            if node.get("Alive") and name.startswith("farm_cpu_"):
+                out.append(cpu_device(name.removeprefix("farm_cpu_"), int(node["Resources"].get("CPU", 1))))
+    if not out:
+        raise UserError("the Ray cluster advertises no farm cards: start nodes with the flags `farm inventory` "
+                        "prints, or pass --cluster PROFILE.toml")
+    return out
+
+
+def check_advertised(inventory: list[GpuDevice]) -> None:
+    import ray
+
+    have = {name for n in ray.nodes() if n.get("Alive") for name in n.get("Resources", {})}
+    missing = [card_resource(d) for d in inventory if card_resource(d) not in have]
+    if missing:
+        raise UserError(f"the Ray cluster does not advertise {', '.join(missing[:3])}"
+                        f"{' …' if len(missing) > 3 else ''}: its nodes do not match the cluster profile")
+
+
+def ray_start_flags(inventory: list[GpuDevice], node: str) -> str:
+    """What to add to `ray start` on this host so the farm can pin stages to its cards."""
+    import json
+
+    resources = {card_resource(d): 1 for d in inventory}
+    return (f"CUDA_DEVICE_ORDER=PCI_BUS_ID ray start --address=HEAD:6379 --resources='{json.dumps(resources)}' "
+            f"--labels=farm-node={node}")
+
+
+def _node_name(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]", "-", text)
+
+
+def _label(text: str) -> str:
+    return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:63]

@@ -1,0 +1,64 @@
+"""A track's folder in the store: its artifacts, the stage markers that make resume safe, and loading inputs back.
+
+Each stage writes its files, then `.stages/<stage>.json` (the stage key, each file's sha256, who made it). A stage
+counts as finished only when its marker's key matches the current key and its files are there, so a rerun starts a
+track at its first missing stage, a changed setting redoes exactly the stages it touches, and a crash between file
+and marker just redoes that stage.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+from . import artifacts
+from .jobs import AcousticOutput, PlanOutput, SemanticOutput, TrackJob
+from .store import Store
+
+STAGE_FILES = {"plan": (artifacts.SCORE, artifacts.PLAN), "semantic": (artifacts.SEMANTIC,),
+               "acoustic": (artifacts.LATENTS,), "decode": (artifacts.AUDIO,)}
+
+
+def marker(key: str, stage: str) -> str:
+    return f"{key}/.stages/{stage}.json"
+
+
+def write_stage(store: Store, key: str, stage: str, stage_key: str, files: dict[str, bytes], record: dict) -> dict:
+    """Persist a finished stage: files first, the marker last. Returns the marker's content."""
+    for name, data in files.items():
+        store.write_bytes(f"{key}/{name}", data)
+    done = {"stage": stage, "key": stage_key, **record,
+            "files": {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}}
+    store.write_bytes(marker(key, stage), artifacts.json_bytes(done))
+    return done
+
+
+def read_marker(store: Store, key: str, stage: str) -> dict | None:
+    try:
+        return json.loads(store.read_bytes(marker(key, stage)))
+    except (FileNotFoundError, ValueError):
+        return None
+
+
+def finished_stages(store: Store, job: TrackJob) -> dict[str, dict]:
+    """The leading run of stages whose markers match this job's keys and whose files exist, with their markers."""
+    done = {}
+    for stage in job.stages:
+        m = read_marker(store, job.key, stage)
+        if m is None or m.get("key") != job.stage_keys[stage]:
+            break
+        if not all(store.exists(f"{job.key}/{name}") for name in STAGE_FILES[stage]):
+            break
+        done[stage] = m
+    return done
+
+
+def load_plan(store: Store, key: str) -> PlanOutput:
+    return PlanOutput(key, artifacts.read_npy(store.read_bytes(f"{key}/{artifacts.PLAN}")))
+
+
+def load_semantic(store: Store, key: str) -> SemanticOutput:
+    return SemanticOutput(key, artifacts.read_npy(store.read_bytes(f"{key}/{artifacts.SEMANTIC}")))
+
+
+def load_latents(store: Store, key: str) -> AcousticOutput:
+    return AcousticOutput(key, artifacts.read_npy(store.read_bytes(f"{key}/{artifacts.LATENTS}")))

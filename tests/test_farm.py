@@ -1,0 +1,193 @@
+"""The farm on a real local Ray cluster (started once per session): equality with the sequential path, resume
+after a killed driver, card-by-card placement on virtual profiles."""
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from farm import artifacts
+from farm.driver import RenderOptions, render_album
+from farm.jobs import track_request, track_settings
+
+from .conftest import PROFILES, ROOT
+
+ALBUM = """
+title = "Farm Test"
+[defaults]
+style = "lo-fi pop, warm piano"
+seed = 11
+[defaults.sampling.semantic]
+max_tokens = 40
+[[tracks]]
+title = "One"
+lyrics = "[verse]\\nPaper boats in the rain\\n"
+[[tracks]]
+title = "Two"
+cot = "melody"
+lyrics = "[verse]\\nHarbour lights\\n"
+[[tracks]]
+title = "Three"
+cot = "off"
+lyrics = "[verse]\\nNight bus\\n"
+"""
+FILES = ("score.abc", "plan.npy", "semantic.npy", "latents.npy", "audio.flac")
+
+
+@pytest.fixture(scope="module")
+def album(tmp_path_factory):
+    path = tmp_path_factory.mktemp("album") / "album.toml"
+    path.write_text(ALBUM)
+    return path
+
+
+@pytest.fixture(scope="module")
+def rendered(ray_cluster, album, tiny_ckpt_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("render") / "album"
+    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                               progress=False))
+    return out, result
+
+
+@pytest.fixture(scope="module")
+def sequential(album, tiny_ckpt_dir):
+    """Each track through the in-process sequential path, same seeds and settings: folder → file bytes."""
+    from farm.album import load_album
+    from stages.song import SongEngines, open_checkpoint, render_song
+
+    ckpt = open_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
+    engines = SongEngines(ckpt)
+    out = {}
+    for track in load_album(album).tracks:
+        song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg), key=track.folder)
+        out[track.folder] = artifacts.song_files(song)
+    return out
+
+
+def test_album_renders_byte_identical_to_the_sequential_path(rendered, sequential):
+    out, result = rendered
+    assert not result.failures and [r["status"] for r in result.rows] == ["done"] * 3
+    for folder, files in sequential.items():
+        for name in FILES:
+            assert (out / folder / name).read_bytes() == files[name], (folder, name)
+    events = pq.read_table(out / "metrics.parquet").to_pylist()
+    assert {(e["track"], e["stage"]) for e in events} == {
+        ("01-one", s) for s in ("plan", "semantic", "acoustic", "decode")} | {
+        ("02-two", s) for s in ("plan", "semantic", "acoustic", "decode")} | {
+        ("03-three", s) for s in ("semantic", "acoustic", "decode")}
+    # songs shared the AR engine's batch (continuous batching) and still equal the one-song path
+    assert max(e["batch"] for e in events if e["stage"] == "plan") > 1
+    assert all(e["batch_shape"].startswith("ar rows=") for e in events if e["stage"] in ("plan", "semantic"))
+
+
+def test_album_outputs(rendered):
+    out, result = rendered
+    manifest = pq.read_table(out / "manifest.parquet").to_pylist()
+    assert [m["folder"] for m in manifest] == ["01-one", "02-two", "03-three"]
+    for m in manifest:
+        audio = (out / m["folder"] / "audio.flac").read_bytes()
+        import hashlib
+
+        assert m["sha256_audio_flac"] == hashlib.sha256(audio).hexdigest()
+        assert m["decode_gpu"] == "cpu" and m["acoustic_seconds"] > 0
+    playlist = (out / "playlist.m3u8").read_text().splitlines()
+    assert playlist[0] == "#EXTM3U" and playlist[2] == "01-one/audio.flac"
+    settings = (out / "02-two" / "settings.json").read_text()
+    assert '"cot": "melody"' in settings and '"seed": 12' in settings
+
+
+def test_exact_mode_is_the_sequential_path_too(ray_cluster, album, tiny_ckpt_dir, sequential, tmp_path):
+    out = tmp_path / "exact"
+    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), exact=True,
+                                               cluster=PROFILES / "ci.toml", progress=False))
+    assert not result.failures
+    assert all(e.batch == 1.0 for e in result.events)
+    for folder, files in sequential.items():
+        assert (out / folder / "audio.flac").read_bytes() == files["audio.flac"]
+
+
+def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):
+    out, first = rendered
+    again = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                              progress=False))
+    assert again.events == [] and [r["status"] for r in again.rows] == ["done"] * 3
+    runs = {e["run_id"] for e in pq.read_table(out / "metrics.parquet").to_pylist()}
+    assert runs == {first.run_id}
+
+
+def test_killed_driver_resumes_without_redoing_finished_stages(ray_cluster, tiny_ckpt_dir, rendered, tmp_path):
+    """Kill `farm render` mid-album (SIGKILL), rerun: no finished stage runs again, files equal an unbroken run."""
+    big = tmp_path / "big.toml"
+    tracks = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "[verse]\\nline {i}\\n"\n' for i in range(1, 7))
+    big.write_text(ALBUM.split("[[tracks]]")[0] + tracks)
+    out = tmp_path / "killed"
+    cmd = [sys.executable, "-m", "farm", "render", str(big), "--out", str(out), "--model", str(tiny_ckpt_dir),
+           "--address", ray_cluster.address, "--cluster", str(PROFILES / "ci.toml")]
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+    deadline = time.time() + 120
+    while time.time() < deadline and not list(out.glob("*/.stages/acoustic.json")):
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    before = {(m.parent.parent.name, m.stem) for m in out.glob("*/.stages/*.json")}
+    assert before and len(before) < 6 * 4, "the driver was killed with work left"
+    result = render_album(big, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                             progress=False))
+    assert not result.failures
+    redone = {(e["track"], e["stage"]) for e in pq.read_table(out / "metrics.parquet").to_pylist()
+              if e["run_id"] == result.run_id}
+    assert redone and not (redone & before)
+    unbroken = tmp_path / "unbroken"
+    render_album(big, RenderOptions(out=str(unbroken), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                    progress=False))
+    for track in sorted(p.name for p in unbroken.iterdir() if p.is_dir() and p.name[0].isdigit()):
+        for name in FILES:
+            assert (out / track / name).read_bytes() == (unbroken / track / name).read_bytes(), (track, name)
+
+
+def _placed(result) -> dict[str, tuple[str, str]]:
+    """stage → (card name, card resource) as the workers themselves reported them."""
+    out = {}
+    for slot, where in result.workers.items():
+        stage = slot.split("@")[0]
+        cards = [k for k in where["resources"] if k.startswith("farm_gpu_")]
+        out[stage] = (where["gpu"], cards[0] if cards else "")
+    return out
+
+
+def test_heterogeneous_nodes_get_the_stage_that_suits_them(ray_cluster, album, tiny_ckpt_dir, tmp_path):
+    result = render_album(album, RenderOptions(out=str(tmp_path / "lab"), model=str(tiny_ckpt_dir),
+                                               cluster=PROFILES / "lab.toml", progress=False))
+    assert not result.failures
+    placed = _placed(result)
+    assert placed["decode"] == ("RTX 3050 Laptop", "farm_gpu_VIRT-lab-laptop-0")
+    assert placed["plan"] == placed["semantic"] == ("RTX 4090", "farm_gpu_VIRT-lab-desk-0")
+    assert placed["acoustic"] == ("RTX PRO 6000 Blackwell", "farm_gpu_VIRT-lab-workstation-0")
+    events = pq.read_table(tmp_path / "lab" / "metrics.parquet").to_pylist()
+    assert {e["gpu"] for e in events if e["stage"] == "decode"} == {"RTX 3050 Laptop"}
+
+
+def test_one_node_with_two_card_models_is_placed_card_by_card(ray_cluster, album, tiny_ckpt_dir, tmp_path):
+    result = render_album(album, RenderOptions(out=str(tmp_path / "mixed"), model=str(tiny_ckpt_dir),
+                                               cluster=PROFILES / "mixed.toml", progress=False))
+    assert not result.failures
+    placed = _placed(result)
+    assert placed["decode"] == ("RTX 3050 Laptop", "farm_gpu_VIRT-mixed-desk-1")
+    assert placed["acoustic"][1] == "farm_gpu_VIRT-mixed-desk-0" and placed["plan"][0] == "RTX 4090"
+
+
+def test_memory_urls_are_refused(tmp_path, album, tiny_ckpt_dir):
+    from typer.testing import CliRunner
+
+    from farm.cli import app
+
+    r = CliRunner().invoke(app, ["render", str(album), "--out", "memory://album", "--model", str(tiny_ckpt_dir)])
+    assert r.exit_code == 2 and "lives inside one process" in r.stderr
