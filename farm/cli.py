@@ -96,12 +96,14 @@ def render(
     exact: Annotated[bool, typer.Option(help="One track at a time per worker: the sequential path's numerics.")]
     = False,
     threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.")] = 1,
+    pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
+                                                       "stage: your placement instead of the planner's.")] = None,
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from .driver import RenderOptions, render_album
 
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
-                         threads=threads)
+                         threads=threads, pins=tuple(pin or ()))
     result = guarded(render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "

@@ -20,7 +20,7 @@ from . import metrics as metrics_io
 from . import trackstore
 from .album import load_album
 from .errors import UserError
-from .jobs import STAGES, FromStore, StageEvent, TrackJob, album_jobs
+from .jobs import FromStore, StageEvent, TrackJob, album_jobs
 from .models import resolve_model
 from .progress import Board
 from .store import Store
@@ -36,6 +36,7 @@ class RenderOptions:
     force: bool = False
     exact: bool = False
     threads: int = 1
+    pins: tuple[str, ...] = ()           # STAGE=CARD: the user's placement instead of the planner's
     progress: bool | None = None          # None: a live table on a terminal, log lines otherwise
 
 
@@ -43,7 +44,7 @@ class RenderOptions:
 class RenderResult:
     out: str
     run_id: str
-    plan_text: str
+    plan: object                       # cluster.plans.Plan: where each stage was placed, and why
     events: list[StageEvent]
     rows: list[dict]
     failures: dict[str, str]
@@ -79,8 +80,8 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     todo = [j for j in jobs if starts[j.key] < len(j.stages)]
     runtime = raycluster.start(opts.address, opts.cluster)
     try:
-        plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact)
-        print(plan.describe(), flush=True)
+        plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
+        print(placement.describe(plan), flush=True)
         run_id = metrics_io.new_run_id()
         log = metrics_io.EventLog(store, run_id)
         workers, where = {}, {}
@@ -93,7 +94,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
         rows = manifest.write_album(store, album, jobs, failures, identity)
     finally:
         runtime.stop()
-    return RenderResult(store.url, run_id, plan.describe(), log.events, rows, failures, time.time() - started, where)
+    return RenderResult(store.url, run_id, plan, log.events, rows, failures, time.time() - started, where)
 
 
 class Pipeline:
@@ -105,7 +106,8 @@ class Pipeline:
         self.state = dispatch.new_state(dispatch.workers_from_plan(plan) if todo else [],
                                         [j.number for j in todo])
         for j in todo:
-            _start_at(self.state, j.number, _stage_index(j, starts[j.key]))
+            if starts[j.key] or not j.request.has_plan_stage:
+                dispatch.start_at(self.state, j.number, j.stages[starts[j.key]])
         self.refs: dict[int, dict[str, object]] = {j.number: {} for j in todo}
         self.inflight: dict[object, tuple[int, str, str]] = {}      # event ref → (track, stage, worker id)
         self.failures: dict[str, str] = {}
@@ -163,35 +165,12 @@ class Pipeline:
             self.failures[job.key] = f"{stage}: {message}"
             event = StageEvent(job.key, stage, worker_id, "", 0, "", "", time.time(), time.time(), 0, 0.0, "", 0,
                                ok=False, error=message)
-            _fail(self.state, worker_id, track)
+            dispatch.fail(self.state, worker_id, track)
         else:
             dispatch.finish(self.state, worker_id, track)
         self.log.add(event)
         self.log.flush()
         self.board.finished(event)
-
-
-def _start_at(state, track: int, stage_index: int) -> None:
-    import bisect
-
-    if stage_index:
-        state.ready[STAGES[0]].remove(track)
-        bisect.insort(state.ready[STAGES[stage_index]], track)
-        state.stage_index[track] = stage_index
-
-
-def _fail(state, worker_id: str, track: int) -> None:
-    import bisect
-
-    worker = state.workers[worker_id]
-    if len(state.running[worker_id]) == worker.batch:
-        bisect.insort(state.free[worker.stage], (worker.rank, worker.id))
-    state.running[worker_id].discard(track)
-
-
-def _stage_index(job: TrackJob, finished: int) -> int:
-    """Position in STAGES of the job's first missing stage (tracks with a given score start at semantic)."""
-    return STAGES.index(job.stages[finished])
 
 
 def _first_line(exc: Exception) -> str:

@@ -1,8 +1,7 @@
-"""From the planner's `Plan` to running workers: one actor per (card, engine), shared by the stages it hosts.
+"""From the planner's `Plan` to running workers: one actor per card, hosting the stages placed on it.
 
-plan and semantic on the same card share one AR engine (the same weights serve both); acoustic and decode get
-their own. Actors on one card split it evenly in Ray's accounting of that card's resource. In `--exact` mode every
-worker handles one track at a time, which is the sequential path's numerics.
+plan and semantic on a card share one AR engine (the same weights serve both). In `--exact` mode every engine
+handles one track at a time, which is the sequential path's numerics.
 """
 from __future__ import annotations
 
@@ -12,28 +11,69 @@ from cluster.workload import ModelShape, TrackShape
 
 from .jobs import TrackJob
 from .raycluster import Runtime
-from .workers import ARWorker, AcousticWorker, CardRef, DecodeWorker, WorkerSpec, actor_options
-
-ENGINE = {"plan": "ar", "semantic": "ar", "acoustic": "acoustic", "decode": "decode"}
-ACTOR = {"ar": ARWorker, "acoustic": AcousticWorker, "decode": DecodeWorker}
+from .workers import ENGINE, CardRef, CardWorker, WorkerSpec, actor_options
 
 
-def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False):
+def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, pins: tuple[str, ...] = ()):
     """Plan the album on the runtime's cards. Real or virtual GPUs are planned for the yue2-3b shapes (what the
-    placement would be with the real weights); a CPU-only farm is planned for the checkpoint it runs."""
+    placement would be with the real weights); a CPU-only farm is planned for the checkpoint it runs. `pins`
+    (STAGE=CARD) replace the planner's choice with the user's."""
+    if pins:
+        return pinned_plan(runtime, jobs, pins, exact)
     gpus = [d for d in runtime.inventory if not d.is_cpu]
     shape = ModelShape.yue2_3b() if gpus or ckpt.cfg.name == "yue2-3b" else ModelShape.tiny()
     tracks = [track_shape(job, shape, reference=shape.name != ckpt.cfg.name) for job in jobs]
-    options = PlanOptions(model=shape, max_batch=1 if exact else 16,
+    batch = 1 if exact else PlanOptions().max_batch
+    options = PlanOptions(model=shape, max_batch=batch,
                           cpu_threads=max((d.sm_count for d in runtime.inventory if d.is_cpu), default=2))
     if runtime.profile is not None:
-        options = PlanOptions.for_profile(runtime.profile, model=shape, max_batch=options.max_batch)
+        options = PlanOptions.for_profile(runtime.profile, model=shape, max_batch=batch)
     plan = make_plan(gpus or runtime.inventory, tracks, options)
     if not plan.runnable:
         from .errors import UserError
 
         raise UserError(f"this cluster cannot run stage(s) {', '.join(plan.unrunnable)}:\n{plan.describe()}")
     return plan
+
+
+def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], exact: bool):
+    """A plan from the user's STAGE=CARD pins (CARD: node/index, or the index when there is one node). Every stage
+    must be pinned; stages on one card split it evenly."""
+    from cluster.plans import Plan, Worker
+
+    from .errors import UserError
+    from .jobs import STAGES
+
+    cards = {d.key: d for d in runtime.inventory}
+    nodes = {d.node for d in runtime.inventory}
+    chosen: dict[str, list] = {}
+    for pin in pins:
+        stage, _, card = pin.partition("=")
+        if stage not in STAGES:
+            raise UserError(f"--pin {pin}: unknown stage {stage!r} (plan, semantic, acoustic, decode)")
+        key = card if "/" in card or len(nodes) != 1 else f"{next(iter(nodes))}/{card}"
+        if key not in cards:
+            raise UserError(f"--pin {pin}: no card {key!r}; cards: {', '.join(cards)}")
+        chosen.setdefault(stage, []).append(cards[key])
+    missing = [s for s in STAGES if s not in chosen]
+    if missing:
+        raise UserError(f"--pin must place every stage; missing: {', '.join(missing)}")
+    per_card: dict[str, int] = {}
+    for devices in chosen.values():
+        for d in devices:
+            per_card[d.key] = per_card.get(d.key, 0) + 1
+    batch = 1 if exact else min(32, len(jobs))
+    workers = tuple(Worker(stage, d.key, d.node, d.index, d.uuid, d.name, 1.0 / per_card[d.key],
+                           batch if stage in ("plan", "semantic") else 1, 1024 if stage == "decode" else None,
+                           1.0, 0.0) for stage in STAGES for d in chosen[stage])
+    return Plan(len(jobs), 0.0, "pinned", "pinned", 0, workers, (), (), None, None, 0.0, None, (), (),
+                tuple(f"{w.stage} pinned to {w.card} ({w.model}) by --pin" for w in workers), 0.0, True)
+
+
+def describe(plan) -> str:
+    if plan.method != "pinned":
+        return plan.describe()
+    return "Placement pinned by --pin:\n" + "\n".join(f"  - {r}" for r in plan.reasons)
 
 
 def track_shape(job: TrackJob, shape: ModelShape, reference: bool) -> TrackShape:
@@ -56,29 +96,27 @@ def ar_geometry(jobs: list[TrackJob], ckpt) -> tuple[int, int]:
 
 
 def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: list[TrackJob], ckpt) -> dict:
-    """Start the actors and wait until each has loaded its weights; → {dispatch slot id: actor handle}."""
+    """One actor per card hosting the engines of the stages placed there; waits until every one has loaded its
+    weights (a worker that cannot load fails the render here, not mid-album). → {dispatch slot id: actor}."""
     import ray
 
     branches, capacity = ar_geometry(jobs, ckpt)
     devices = {d.key: d for d in runtime.inventory}
-    groups: dict[tuple[str, str], list] = {}
+    by_card: dict[str, list] = {}
     for w in plan.workers:
-        groups.setdefault((w.card, ENGINE[w.stage]), []).append(w)
-    per_card: dict[str, int] = {}
-    for card, _ in groups:
-        per_card[card] = per_card.get(card, 0) + 1
-    handles, slots = {}, {}
-    for (card, engine), planned in groups.items():
-        device = devices[card]
-        ref = CardRef(device.node, device.name, device.uuid, device.virtual, device.is_cpu)
-        rows = 2 if opts.exact else branches * sum(w.batch for w in planned)
-        spec = WorkerSpec(engine, str(paths.model_dir), str(paths.vae_dir), store_url, ref, opts.threads, rows,
-                          None if opts.exact else capacity, opts.exact, name=f"{engine}@{card}")
-        actor = ACTOR[engine].options(**actor_options(spec, 1.0 / per_card[card])).remote(spec)
-        handles[(card, engine)] = actor
+        by_card.setdefault(w.card, []).append(w)
+    slots = {}
+    for card, planned in by_card.items():
+        d = devices[card]
+        engines = tuple(dict.fromkeys(ENGINE[w.stage] for w in planned))
+        rows = 2 if opts.exact else branches * sum(w.batch for w in planned if ENGINE[w.stage] == "ar")
+        spec = WorkerSpec(engines, str(paths.model_dir), str(paths.vae_dir), store_url,
+                          CardRef(d.node, d.name, d.uuid, d.virtual, d.is_cpu), opts.threads, rows,
+                          None if opts.exact else capacity, opts.exact, name=f"{'+'.join(engines)}@{card}")
+        actor = CardWorker.options(**actor_options(spec)).remote(spec)
         for w in planned:
             slots[f"{w.stage}@{w.card}"] = actor
-    ray.get([a.report.remote() for a in handles.values()])       # fail here, not mid-album, if a worker can't load
+    ray.get([a.report.remote() for a in set(slots.values())])
     return slots
 
 

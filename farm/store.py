@@ -16,7 +16,8 @@ from fsspec.implementations.local import LocalFileSystem
 class Store:
     def __init__(self, url: str):
         self.url = str(url)
-        self.fs, self.root = fsspec.core.url_to_fs(self.url)
+        # Our own instance: other processes (the workers) write here too, so no listing may be cached across uses.
+        self.fs, self.root = fsspec.core.url_to_fs(self.url, skip_instance_cache=True)
         self.local = isinstance(self.fs, LocalFileSystem)
         self.root = self.root.rstrip("/")
 
@@ -28,6 +29,7 @@ class Store:
         return self.fs.unstrip_protocol(self.path(rel))
 
     def exists(self, rel: str) -> bool:
+        self.fs.invalidate_cache()
         return self.fs.exists(self.path(rel))
 
     def read_bytes(self, rel: str) -> bytes:
@@ -52,6 +54,7 @@ class Store:
 
     def listdir(self, rel: str = "") -> list[str]:
         """Names (not paths) directly under rel; [] when it does not exist."""
+        self.fs.invalidate_cache()
         try:
             entries = self.fs.ls(self.path(rel), detail=False)
         except FileNotFoundError:

@@ -1,11 +1,12 @@
-"""The stage workers: Ray actors around the stage engines, each pinned to one card and loading only its tensors.
+"""The stage worker: one Ray actor per card, hosting the engines of the stages placed on that card.
 
-- `ARWorker` (plan + semantic, one engine): an async actor whose engine thread runs continuous batching across
-  every song it has been handed; calls just enqueue and await their result.
-- `AcousticWorker` and `DecodeWorker`: one call at a time (Ray queues the rest).
-Each call persists its stage's artifacts to the store before returning, and returns a `StageEvent` saying where
-it ran. A worker on a real card sets CUDA_VISIBLE_DEVICES to that card's UUID before CUDA starts; Ray is asked for
-the card's own custom resource (`farm_gpu_<uuid>`), so placement is card by card even on hosts of mixed models.
+One process per card means one CUDA context and one copy of shared weights: when the AR stages and the acoustic
+stage share a card, the AR branch they both need is loaded once (the planner's memory model assumes this).
+- plan + semantic run on one `AREngine` whose thread does continuous batching across every song handed to it;
+- acoustic and decode each run one song at a time on a thread of their own, beside the AR thread.
+Every call persists its stage's artifacts before returning and returns a `StageEvent` saying where it ran. On a
+real card the actor sets CUDA_VISIBLE_DEVICES to that card's UUID before CUDA starts, and asks Ray for the card's
+own resource (`farm_gpu_<uuid>`), so placement is card by card even on hosts with mixed models.
 """
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import socket
 import threading
 import time
 from collections import deque
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
 import numpy as np
@@ -24,10 +26,12 @@ from . import artifacts, trackstore
 from .jobs import AcousticOutput, FromStore, PlanOutput, SemanticOutput, StageEvent, TrackJob
 from .store import Store
 
+ENGINE = {"plan": "ar", "semantic": "ar", "acoustic": "acoustic", "decode": "decode"}
+
 
 @dataclass(frozen=True)
 class CardRef:
-    """The card a worker is pinned to (from the inventory), or the node's CPU."""
+    """The card a worker is pinned to (from the inventory), or a node's CPU."""
     node: str
     name: str
     uuid: str
@@ -36,31 +40,33 @@ class CardRef:
 
     @property
     def resource(self) -> str:
-        return f"farm_gpu_{self.uuid}"
+        return f"farm_cpu_{self.node}" if self.is_cpu else f"farm_gpu_{self.uuid}"
+
+    @property
+    def real_gpu(self) -> bool:
+        return not self.is_cpu and not self.virtual
 
 
 @dataclass(frozen=True)
 class WorkerSpec:
-    stage: str                    # "ar", "acoustic" or "decode"
+    engines: tuple[str, ...]      # of "ar", "acoustic", "decode"
     model_dir: str
     vae_dir: str
     store_url: str
     card: CardRef
     threads: int = 1              # torch CPU threads (equal counts on both sides give equal bytes)
     rows: int = 2                 # AR: KV-cache rows (a CFG request takes two)
-    capacity: int | None = None   # AR: tokens per row (prefix + generation budget); None = the model context
+    capacity: int | None = None   # AR on a GPU: tokens per row (prefix + generation budget); None = the context
     exact: bool = False           # one request at a time: the sequential path's numerics
     name: str = ""
 
 
-def actor_options(spec: WorkerSpec, share: float) -> dict:
-    """Ray options that put the actor on its card: the card's own resource, a fraction when cards are shared."""
-    opts = {"num_cpus": 0, "max_restarts": 2, "max_task_retries": 2,
-            "runtime_env": {"env_vars": forwarded_env()}}
-    if not spec.card.is_cpu:
-        opts["resources"] = {spec.card.resource: share}
-    else:
-        opts["resources"] = {f"farm_cpu_{spec.card.node}": share}
+def actor_options(spec: WorkerSpec) -> dict:
+    """The card's own resource, whole; restarts and retries on (every call is idempotent: keyed, atomic writes)."""
+    opts = {"num_cpus": 0, "max_restarts": 2, "max_task_retries": 2, "resources": {spec.card.resource: 1.0}}
+    env = forwarded_env()
+    if env:   # a runtime_env costs a dedicated worker process; only ask for one when there is something to pass
+        opts["runtime_env"] = {"env_vars": env}
     return opts
 
 
@@ -70,11 +76,10 @@ def forwarded_env() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
 
 
-class _Stage:
-    """What every worker does at start: threads, the card, the checkpoint, the store."""
-
+@ray.remote
+class CardWorker:
     def __init__(self, spec: WorkerSpec):
-        if not spec.card.is_cpu and not spec.card.virtual:
+        if spec.card.real_gpu:
             os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             os.environ["CUDA_VISIBLE_DEVICES"] = spec.card.uuid
         import torch
@@ -83,42 +88,69 @@ class _Stage:
 
         torch.set_num_threads(spec.threads)
         self.spec, self.torch = spec, torch
-        self.device = "cuda" if torch.cuda.is_available() and not spec.card.is_cpu and not spec.card.virtual \
-            else "cpu"
+        self.device = "cuda" if spec.card.real_gpu and torch.cuda.is_available() else "cpu"
         self.ckpt = open_checkpoint(spec.model_dir, spec.vae_dir)
         self.store = Store(spec.store_url)
         self.where = self._where()
+        self.threads = {e: ThreadPoolExecutor(1, thread_name_prefix=e) for e in ("acoustic", "decode")}
+        self._load(spec)
 
+    def _load(self, spec: WorkerSpec) -> None:
+        """The engines this card hosts, sharing one model for the AR branch."""
+        from stages.transformer import AR, HEAD, NAR
+        from stages.weights import load_model
+
+        parts = ({AR, HEAD} if "ar" in spec.engines else set()) | ({AR, NAR} if "acoustic" in spec.engines else set())
+        model = load_model(self.ckpt.model_dir, self.ckpt.cfg, parts, device=self.device) if parts else None
+        cuda = self.device == "cuda"
+        if "ar" in spec.engines:
+            from stages.ar import AREngine
+
+            # On the CPU rows span the whole context, as in the sequential path, so batching never changes a number.
+            self.ar = AREngine(model, self.ckpt.cfg.tokens, rows=max(2, spec.rows),
+                               capacity=spec.capacity if cuda else None, cuda_graphs=cuda, kv_buckets=cuda)
+            self.ar_shape = f"ar rows={self.ar.rows} kv_buckets={'on' if cuda else 'off'}"
+            self.waiting: deque = deque()
+            self.wake = threading.Condition()
+            self.loop = None
+            threading.Thread(target=self._ar_loop, daemon=True, name="ar-engine").start()
+        if "acoustic" in spec.engines:
+            from stages.acoustic import AcousticEngine
+
+            self.acoustic = AcousticEngine(model, self.ckpt.cfg.tokens)
+        if "decode" in spec.engines:
+            from stages.vae import load_decoder
+
+            self.decoder = load_decoder(self.ckpt.vae_dir, self.ckpt.cfg.vae, device=self.device)
+
+    # ---- where, and what a call leaves behind ---------------------------------------------------------------
     def _where(self) -> dict:
         ctx = ray.get_runtime_context()
         gpu, uuid = self.spec.card.name, self.spec.card.uuid
         if self.device == "cuda":
             props = self.torch.cuda.get_device_properties(0)
             gpu, uuid = props.name, f"GPU-{props.uuid}"
-        return {"worker": self.spec.name or f"{self.spec.stage}-{os.getpid()}", "host": socket.gethostname(),
+        return {"worker": self.spec.name or f"worker-{os.getpid()}", "host": socket.gethostname(),
                 "pid": os.getpid(), "gpu": gpu, "gpu_uuid": uuid, "node_id": ctx.get_node_id(),
-                "resources": {k: v for k, v in ctx.get_assigned_resources().items()}}
+                "engines": list(self.spec.engines), "resources": dict(ctx.get_assigned_resources())}
 
     def report(self) -> dict:
         """Where this worker runs, as it sees it (card name and UUID from CUDA itself on a real card)."""
         return self.where
 
-    def event(self, job: TrackJob, stage: str, start: float, units: int, batch: float, shape: str) -> StageEvent:
-        peak = 0
-        if self.device == "cuda":
-            peak = self.torch.cuda.max_memory_allocated()
-            self.torch.cuda.reset_peak_memory_stats()
+    def _event(self, job: TrackJob, stage: str, start: float, units: int, batch: float, shape: str) -> StageEvent:
+        peak = self.torch.cuda.max_memory_allocated() if self.device == "cuda" else 0
         w = self.where
         return StageEvent(job.key, stage, w["worker"], w["host"], w["pid"], w["gpu"], w["gpu_uuid"], start,
                           time.time(), units, batch, shape, peak)
 
-    def persist(self, job: TrackJob, stage: str, files: dict[str, bytes], start: float, units: int) -> None:
+    def _persist(self, job: TrackJob, stage: str, files: dict[str, bytes], start: float, units: int) -> None:
         trackstore.write_stage(self.store, job.key, stage, job.stage_keys[stage], files,
                                {"worker": self.where["worker"], "gpu": self.where["gpu"],
                                 "gpu_uuid": self.where["gpu_uuid"], "start": start, "end": time.time(),
                                 "units": units})
 
-    def abc_ids(self, job: TrackJob, plan: PlanOutput | FromStore | None) -> list[int]:
+    def _abc_ids(self, job: TrackJob, plan: PlanOutput | FromStore | None) -> list[int]:
         from stages.protocol import given_abc_ids
 
         if not job.request.has_plan_stage:
@@ -127,46 +159,24 @@ class _Stage:
             plan = trackstore.load_plan(self.store, job.key)
         return plan.abc_ids.tolist()
 
-
-@ray.remote
-class ARWorker(_Stage):
-    """Plan and semantic on one AR engine; songs join and leave its batch as they come (continuous batching)."""
-
-    def __init__(self, spec: WorkerSpec):
-        super().__init__(spec)
-        from stages.ar import AREngine
-        from stages.transformer import AR, HEAD
-        from stages.weights import load_model
-
-        model = load_model(self.ckpt.model_dir, self.ckpt.cfg, {AR, HEAD}, device=self.device)
-        cuda = self.device == "cuda"
-        # On the CPU rows span the whole context, as in the sequential path, so batching never changes a number.
-        self.engine = AREngine(model, self.ckpt.cfg.tokens, rows=max(2, spec.rows),
-                               capacity=spec.capacity if cuda else None, cuda_graphs=cuda, kv_buckets=cuda)
-        self.shape = f"ar rows={self.engine.rows} kv_buckets={'on' if cuda else 'off'}"
-        self.waiting: deque = deque()
-        self.wake = threading.Condition()
-        self.loop = None
-        threading.Thread(target=self._run, daemon=True, name="ar-engine").start()
-
+    # ---- plan and semantic: continuous batching on the AR engine ----------------------------------------------
     @ray.method(num_returns=2)
     async def plan(self, job: TrackJob):
         from stages.song import plan_request
 
         start = time.time()
         result = await self._generate(plan_request(self.ckpt, job.key, job.request, job.settings))
-        ids = result.ids
-        text = self.ckpt.tokenizer.decode(ids)
-        self.persist(job, "plan", {artifacts.SCORE: text.encode("utf-8"), artifacts.PLAN: artifacts.npy_bytes(ids)},
-                     start, len(ids))
-        return PlanOutput(job.key, ids), self.event(job, "plan", start, len(ids), result.mean_batch, self.shape)
+        ids, text = result.ids, self.ckpt.tokenizer.decode(result.ids)
+        files = {artifacts.SCORE: text.encode("utf-8"), artifacts.PLAN: artifacts.npy_bytes(ids)}
+        self._persist(job, "plan", files, start, len(ids))
+        return PlanOutput(job.key, ids), self._event(job, "plan", start, len(ids), result.mean_batch, self.ar_shape)
 
     @ray.method(num_returns=2)
     async def semantic(self, job: TrackJob, plan):
         from stages.song import codes_from, semantic_request
 
         start = time.time()
-        abc_ids = self.abc_ids(job, plan)
+        abc_ids = self._abc_ids(job, plan)
         result = await self._generate(semantic_request(self.ckpt, job.key, job.request, abc_ids, job.settings))
         codes = codes_from(result, self.ckpt)
         if codes.size == 0:
@@ -176,9 +186,9 @@ class ARWorker(_Stage):
             text = job.request.abc if job.request.abc is not None else self.ckpt.tokenizer.decode(abc_ids)
             files = {artifacts.SCORE: text.encode("utf-8"),
                      artifacts.PLAN: artifacts.npy_bytes(np.asarray(abc_ids, dtype=np.int32)), **files}
-        self.persist(job, "semantic", files, start, len(codes))
-        return SemanticOutput(job.key, codes), self.event(job, "semantic", start, len(codes), result.mean_batch,
-                                                          self.shape)
+        self._persist(job, "semantic", files, start, len(codes))
+        return SemanticOutput(job.key, codes), self._event(job, "semantic", start, len(codes), result.mean_batch,
+                                                           self.ar_shape)
 
     async def _generate(self, request):
         self.loop = asyncio.get_running_loop()
@@ -188,68 +198,54 @@ class ARWorker(_Stage):
             self.wake.notify()
         return await future
 
-    def _run(self) -> None:
+    def _ar_loop(self) -> None:
         """The engine thread: admit what fits, step, hand finished results back to their awaiting calls."""
-        pending: dict[str, asyncio.Future] = {}
+        pending: dict[tuple[str, str], asyncio.Future] = {}
         while True:
             with self.wake:
-                while not self.waiting and not self.engine.live:
+                while not self.waiting and not self.ar.live:
                     self.wake.wait()
-                while self.waiting and self.engine.can_admit(self.waiting[0][0]) and not (
-                        self.spec.exact and self.engine.live):
+                while self.waiting and self.ar.can_admit(self.waiting[0][0]) and not (
+                        self.spec.exact and self.ar.live):
                     request, future = self.waiting.popleft()
                     try:
-                        self.engine.admit(request)
-                        pending[request.key + request.phase] = future
+                        self.ar.admit(request)
+                        pending[(request.key, request.phase)] = future
                     except Exception as exc:  # a bad request fails its own call, not the worker
                         self.loop.call_soon_threadsafe(future.set_exception, exc)
             try:
-                finished = self.engine.step()
+                finished = self.ar.step()
             except BaseException:
                 # The engine's state (a CUDA context, half a batch) cannot be trusted any more: end the process so
                 # Ray restarts the actor and retries its calls.
                 os._exit(1)
             for result in finished:
-                future = pending.pop(result.key + result.phase)
+                future = pending.pop((result.key, result.phase))
                 self.loop.call_soon_threadsafe(future.set_result, result)
 
-
-@ray.remote
-class AcousticWorker(_Stage):
-    def __init__(self, spec: WorkerSpec):
-        super().__init__(spec)
-        from stages.acoustic import AcousticEngine
-        from stages.transformer import AR, NAR
-        from stages.weights import load_model
-
-        model = load_model(self.ckpt.model_dir, self.ckpt.cfg, {AR, NAR}, device=self.device)
-        self.engine = AcousticEngine(model, self.ckpt.cfg.tokens)
-
+    # ---- acoustic and decode: one song at a time each, on their own threads ----------------------------------
     @ray.method(num_returns=2)
-    def synthesize(self, job: TrackJob, plan, semantic):
+    async def synthesize(self, job: TrackJob, plan, semantic):
+        return await asyncio.get_running_loop().run_in_executor(
+            self.threads["acoustic"], self._synthesize, job, plan, semantic)
+
+    def _synthesize(self, job: TrackJob, plan, semantic):
         from stages.song import acoustic_request
 
         start = time.time()
         if isinstance(semantic, FromStore):
             semantic = trackstore.load_semantic(self.store, job.key)
-        request = acoustic_request(self.ckpt, job.key, job.request, self.abc_ids(job, plan), semantic.codes,
+        request = acoustic_request(self.ckpt, job.key, job.request, self._abc_ids(job, plan), semantic.codes,
                                    job.settings)
-        latents = self.engine.synthesize(request)
-        self.persist(job, "acoustic", {artifacts.LATENTS: artifacts.npy_bytes(latents)}, start, len(latents))
-        chunks = len(self.engine.check(request))
-        return AcousticOutput(job.key, latents), self.event(job, "acoustic", start, len(latents), 1.0,
-                                                            f"chunks={chunks}")
+        latents = self.acoustic.synthesize(request)
+        self._persist(job, "acoustic", {artifacts.LATENTS: artifacts.npy_bytes(latents)}, start, len(latents))
+        shape = f"chunks={len(self.acoustic.check(request))}"
+        return AcousticOutput(job.key, latents), self._event(job, "acoustic", start, len(latents), 1.0, shape)
 
+    async def decode(self, job: TrackJob, acoustic) -> StageEvent:
+        return await asyncio.get_running_loop().run_in_executor(self.threads["decode"], self._decode, job, acoustic)
 
-@ray.remote
-class DecodeWorker(_Stage):
-    def __init__(self, spec: WorkerSpec):
-        super().__init__(spec)
-        from stages.vae import load_decoder
-
-        self.decoder = load_decoder(self.ckpt.vae_dir, self.ckpt.cfg.vae, device=self.device)
-
-    def decode(self, job: TrackJob, acoustic) -> StageEvent:
+    def _decode(self, job: TrackJob, acoustic) -> StageEvent:
         from stages.vae import decode_audio
 
         start = time.time()
@@ -257,6 +253,6 @@ class DecodeWorker(_Stage):
             acoustic = trackstore.load_latents(self.store, job.key)
         s = job.settings
         audio = decode_audio(self.decoder, acoustic.latents, s.vae_core_frames, s.vae_halo_frames)
-        self.persist(job, "decode", {artifacts.AUDIO: artifacts.flac_bytes(audio)}, start, len(acoustic.latents))
+        self._persist(job, "decode", {artifacts.AUDIO: artifacts.flac_bytes(audio)}, start, len(acoustic.latents))
         tiles = -(-len(acoustic.latents) // s.vae_core_frames)
-        return self.event(job, "decode", start, len(acoustic.latents), 1.0, f"tiles={tiles}")
+        return self._event(job, "decode", start, len(acoustic.latents), 1.0, f"tiles={tiles}")

@@ -157,22 +157,35 @@ def _placed(result) -> dict[str, tuple[str, str]]:
     """stage → (card name, card resource) as the workers themselves reported them."""
     out = {}
     for slot, where in result.workers.items():
-        stage = slot.split("@")[0]
         cards = [k for k in where["resources"] if k.startswith("farm_gpu_")]
-        out[stage] = (where["gpu"], cards[0] if cards else "")
+        out.setdefault(slot.split("@")[0], set()).add((where["gpu"], cards[0] if cards else ""))
     return out
 
 
-def test_heterogeneous_nodes_get_the_stage_that_suits_them(ray_cluster, album, tiny_ckpt_dir, tmp_path):
-    result = render_album(album, RenderOptions(out=str(tmp_path / "lab"), model=str(tiny_ckpt_dir),
-                                               cluster=PROFILES / "lab.toml", progress=False))
+def _planned(plan) -> dict[str, set[tuple[str, str]]]:
+    return {s: {(w.model, f"farm_gpu_{w.uuid}") for w in plan.workers_for(s)} for s in
+            ("plan", "semantic", "acoustic", "decode")}
+
+
+def test_heterogeneous_nodes_get_the_stages_the_planner_chose(ray_cluster, tiny_ckpt_dir, tmp_path):
+    """Home lab (3050 Laptop, 4090, RTX PRO 6000 on three nodes), 24 tracks: each worker runs on exactly the card
+    the plan chose, Ray-assigned by that card's own resource; the 3050 hosts decode alone (nothing else fits in
+    its 4 GiB), acoustic and plan go to the PRO 6000 (most compute, most bandwidth)."""
+    path = tmp_path / "lab.toml"
+    tracks = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "la {i}"\n' for i in range(1, 25))
+    path.write_text(ALBUM.split("[[tracks]]")[0].replace("max_tokens = 40", "max_tokens = 12") + tracks)
+    result = render_album(path, RenderOptions(out=str(tmp_path / "lab"), model=str(tiny_ckpt_dir),
+                                              cluster=PROFILES / "lab.toml", progress=False))
     assert not result.failures
-    placed = _placed(result)
-    assert placed["decode"] == ("RTX 3050 Laptop", "farm_gpu_VIRT-lab-laptop-0")
-    assert placed["plan"] == placed["semantic"] == ("RTX 4090", "farm_gpu_VIRT-lab-desk-0")
-    assert placed["acoustic"] == ("RTX PRO 6000 Blackwell", "farm_gpu_VIRT-lab-workstation-0")
+    plan, planned = result.plan, _planned(result.plan)
+    assert _placed(result) == planned
+    assert {w.stage for w in plan.workers if w.model == "RTX 3050 Laptop"} == {"decode"}
+    assert ("RTX PRO 6000 Blackwell", "farm_gpu_VIRT-lab-workstation-0") in planned["acoustic"]
+    assert ("RTX PRO 6000 Blackwell", "farm_gpu_VIRT-lab-workstation-0") in planned["plan"]
     events = pq.read_table(tmp_path / "lab" / "metrics.parquet").to_pylist()
-    assert {e["gpu"] for e in events if e["stage"] == "decode"} == {"RTX 3050 Laptop"}
+    for e in events:   # every call ran on a card planned for its stage
+        assert (e["gpu"], f"farm_gpu_{e['gpu_uuid']}") in planned[e["stage"]], e
+    assert "RTX 3050 Laptop" in {e["gpu"] for e in events if e["stage"] == "decode"}
 
 
 def test_one_node_with_two_card_models_is_placed_card_by_card(ray_cluster, album, tiny_ckpt_dir, tmp_path):
@@ -180,8 +193,17 @@ def test_one_node_with_two_card_models_is_placed_card_by_card(ray_cluster, album
                                                cluster=PROFILES / "mixed.toml", progress=False))
     assert not result.failures
     placed = _placed(result)
-    assert placed["decode"] == ("RTX 3050 Laptop", "farm_gpu_VIRT-mixed-desk-1")
-    assert placed["acoustic"][1] == "farm_gpu_VIRT-mixed-desk-0" and placed["plan"][0] == "RTX 4090"
+    assert placed == _planned(result.plan)
+    assert ("RTX 3050 Laptop", "farm_gpu_VIRT-mixed-desk-1") in placed["decode"]
+    assert placed["acoustic"] == placed["plan"] == {("RTX 4090", "farm_gpu_VIRT-mixed-desk-0")}
+    reports = {w["gpu"]: w for w in result.workers.values()}
+    assert reports["RTX 3050 Laptop"]["engines"] == ["decode"]
+    # the mixed host runs one Ray node per GPU model, both labelled as that host
+    import ray
+
+    labels = {n["NodeID"]: n.get("Labels", {}) for n in ray.nodes()}
+    small, big = (labels[reports[g]["node_id"]] for g in ("RTX 3050 Laptop", "RTX 4090"))
+    assert small["farm-node"] == big["farm-node"] == "mixed-desk" and small["gpu-model"] != big["gpu-model"]
 
 
 def test_memory_urls_are_refused(tmp_path, album, tiny_ckpt_dir):
@@ -191,3 +213,38 @@ def test_memory_urls_are_refused(tmp_path, album, tiny_ckpt_dir):
 
     r = CliRunner().invoke(app, ["render", str(album), "--out", "memory://album", "--model", str(tiny_ckpt_dir)])
     assert r.exit_code == 2 and "lives inside one process" in r.stderr
+
+
+@pytest.fixture()
+def s3(monkeypatch):
+    """A real S3-compatible server (moto) on 127.0.0.1; workers reach it through the forwarded AWS_* variables."""
+    from moto.server import ThreadedMotoServer
+
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    host, port = server.get_host_and_port()
+    for key, value in {"AWS_ACCESS_KEY_ID": "testing", "AWS_SECRET_ACCESS_KEY": "testing",
+                       "AWS_DEFAULT_REGION": "us-east-1", "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
+        monkeypatch.setenv(key, value)
+    import fsspec
+
+    fs = fsspec.filesystem("s3", skip_instance_cache=True)
+    fs.mkdir("albums")
+    yield fs
+    server.stop()
+
+
+def test_s3_output_end_to_end_with_resume(ray_cluster, album, tiny_ckpt_dir, rendered, s3):
+    out = "s3://albums/farm-test"
+    first = render_album(album, RenderOptions(out=out, model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                              progress=False))
+    assert not first.failures and len(first.events) == 11
+    local, _ = rendered
+    for folder in ("01-one", "02-two", "03-three"):
+        assert s3.cat_file(f"albums/farm-test/{folder}/audio.flac") == (local / folder / "audio.flac").read_bytes()
+    assert s3.exists("albums/farm-test/manifest.parquet") and s3.exists("albums/farm-test/playlist.m3u8")
+    s3.rm("albums/farm-test/02-two/.stages/decode.json")       # as if the run had died before that marker
+    again = render_album(album, RenderOptions(out=out, model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                              progress=False))
+    assert [(e.track, e.stage) for e in again.events] == [("02-two", "decode")]
+    assert s3.cat_file("albums/farm-test/02-two/audio.flac") == (local / "02-two" / "audio.flac").read_bytes()

@@ -1,0 +1,117 @@
+"""Efficiency factors that turn roofline times into predicted times, read from and written to TOML.
+
+Responsible for: the `Calibration` record, reading `configs/calibration/*.toml`, and `write_calibration`, which
+turns measured per-stage seconds of a known track on a known GPU into factors. Not responsible for: the formulas the
+factors scale (costs.py). Factors are fractions of the catalogue's datasheet peaks, so a factor measured on one GPU
+can stand in for another of the same kind until that one is measured too.
+"""
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .workload import TrackShape
+
+DEFAULT_PATH = Path(__file__).resolve().parents[1] / "configs" / "calibration" / "h200.toml"
+
+
+@dataclass(frozen=True)
+class Calibration:
+    """Achieved / datasheet-peak ratios (dimensionless) and fixed costs (seconds).
+
+    Defaults = the starting factors of configs/calibration/h200.toml, derived there from PERFORMANCE.md.
+    """
+    gpu: str = "H200"
+    source: str = "built-in starting factors (PERFORMANCE.md, H200)"
+    ar_bandwidth_efficiency: float = 0.854   # bytes/s of the AR weight + KV stream / datasheet bandwidth
+    ar_step_overhead_s: float = 2.31e-3      # per decode step: kernel launches, sampling, host sync
+    ar_compute_efficiency: float = 0.755     # when a large batch makes a step compute-bound
+    prefill_efficiency: float = 0.448        # causal AR prefill FLOP/s / bf16 peak
+    acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (MODEL.md §6 FLOP count)
+    decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak
+    job_overhead_s: float = 0.05             # per stage job: actor call, artifact write (assumption)
+    measured: dict = field(default_factory=dict, compare=False)   # provenance of fitted values
+
+
+_FIELDS = {  # TOML table.key -> Calibration field
+    ("ar", "bandwidth_efficiency"): "ar_bandwidth_efficiency",
+    ("ar", "step_overhead_s"): "ar_step_overhead_s",
+    ("ar", "compute_efficiency"): "ar_compute_efficiency",
+    ("prefill", "efficiency"): "prefill_efficiency",
+    ("acoustic", "efficiency"): "acoustic_efficiency",
+    ("decode", "efficiency"): "decode_efficiency",
+    ("job", "overhead_s"): "job_overhead_s",
+}
+
+
+def load_calibration(path: str | Path) -> Calibration:
+    """Read a calibration file; missing keys keep the built-in defaults, unknown keys are an error."""
+    path = Path(path)
+    data = tomllib.loads(path.read_text(encoding="utf-8"))
+    values: dict = {"gpu": data.get("gpu", "H200"), "source": data.get("source", str(path))}
+    for table, content in data.items():
+        if table in ("gpu", "source"):
+            continue
+        if table == "measured":
+            values["measured"] = dict(content)
+            continue
+        if not isinstance(content, dict):
+            raise ValueError(f"{path}: {table}: unknown key")
+        for key, value in content.items():
+            name = _FIELDS.get((table, key))
+            if name is None:
+                raise ValueError(f"{path}: {table}.{key}: unknown key (known: {sorted(f'{t}.{k}' for t, k in _FIELDS)})")
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ValueError(f"{path}: {table}.{key}: expected a number >= 0, got {value!r}")
+            values[name] = float(value)
+    return Calibration(**values)
+
+
+def default_calibration() -> Calibration:
+    """configs/calibration/h200.toml when present (the engines team keeps it measured), else the built-in factors."""
+    return load_calibration(DEFAULT_PATH) if DEFAULT_PATH.exists() else Calibration()
+
+
+@dataclass(frozen=True)
+class Measured:
+    """What a benchmark measured: seconds per stage for one track alone (batch 1) on one GPU model.
+
+    `ar_tokens_per_s` optionally maps AR batch size -> aggregate tokens/s at this track's semantic-stage context; two
+    or more points let the AR step overhead and bandwidth efficiency be fitted separately.
+    """
+    gpu: str
+    track: TrackShape
+    seconds: dict                     # stage -> seconds (any subset of plan, semantic, acoustic, decode)
+    ar_tokens_per_s: dict = field(default_factory=dict)
+    source: str = "measured"
+
+
+def write_calibration(path: str | Path, measured: Measured, base: Calibration | None = None, model=None) -> Calibration:
+    """Fit factors to `measured`, write them as TOML to `path`, and return them (stages not measured keep `base`)."""
+    from .costs import fit_calibration  # costs imports this module; the fit needs its formulas
+    fitted = fit_calibration(measured, base or Calibration(), model)
+    Path(path).write_text(calibration_toml(fitted), encoding="utf-8")
+    return fitted
+
+
+def calibration_toml(cal: Calibration) -> str:
+    lines = ["# Efficiency factors for the yue2-farm cost model (cluster/costs.py), as fractions of datasheet peaks.",
+             f'gpu = "{cal.gpu}"', f'source = "{_escape(cal.source)}"', ""]
+    table = None
+    for (name, key), attr in _FIELDS.items():
+        if name != table:
+            lines.append(f"[{name}]")
+            table = name
+        lines.append(f"{key} = {getattr(cal, attr)!r}")
+    if cal.measured:
+        lines += ["", "[measured]"] + [f"{k} = {_value(v)}" for k, v in cal.measured.items()]
+    return "\n".join(lines) + "\n"
+
+
+def _escape(text: str) -> str:
+    return text.replace("\\", "\\\\").replace('"', '\\"')
+
+
+def _value(v) -> str:
+    return f'"{_escape(v)}"' if isinstance(v, str) else repr(v)

@@ -1,0 +1,344 @@
+"""The planner: which stages each card hosts, with shares and batches, chosen to minimise the album's makespan.
+
+Responsible for: searching assignments of roles (sets of stages) to cards and turning the best one into a `Plan`
+with reasons for every decision and refusal. Not responsible for: memory and time figures (roles.py, costs.py,
+memory.py), the objective (estimate.py), or running anything (dispatch.py, simulate.py, farm/).
+
+Search. Identical cards form a class, so an assignment is "how many cards of each class take each role".
+- exact: every multiset of roles per class (plus "unused"), when there are at most options.exact_limit of them;
+  `exhaustive_plan` tries every role of every card one by one instead, and must find the same makespan.
+- flow (large clusters, Helix-style): an LP gives each class's card time per stage that balances the stages'
+  capacity (single-stage roles, so its throughput bounds any plan's); rounding turns it into whole cards, co-hosting
+  the fractional remainders where memory allows; then moves of one card or a quarter of a group while they help.
+Preference: makespans within 0.5 % of each other count as equal, and then fewer workers win (each is an engine to
+load; a standby worker that shaves a fraction of a percent is not worth its memory).
+With no GPU at all, the same search runs on the CPU pseudo-card ("cpu" method): the farm runs the tiny model there.
+"""
+from __future__ import annotations
+
+import itertools
+import math
+from collections import Counter
+
+from .estimate import Assignment, Estimate, Evaluator
+from .gpus import GpuDevice
+from .lp import maximize
+from .plans import CardUse, Plan, Refusal, StageSummary, Worker
+from .roles import CardClass, PlanOptions, build_classes, inventory_or_cpu, relaxed_role
+from .workload import AR_STAGES, STAGES, TrackShape, check_track
+
+MAKESPAN_STEP = math.log(1.005)  # makespans within the same 0.5 % step count as equal; then fewer workers win
+LOCAL_SEARCH_EVALUATIONS = 1500   # cap on one-card moves tried by the flow method (keeps 1,000 cards in seconds)
+
+
+class _Problem:
+    def __init__(self, inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions | None):
+        if not workload:
+            raise ValueError("plan needs at least one track")
+        self.options = options or PlanOptions()
+        for track in workload:
+            check_track(track, self.options.model)
+        self.tracks = list(workload)
+        self.devices = inventory_or_cpu(inventory, self.options)
+        self.cpu = all(d.is_cpu for d in self.devices)
+        self.classes = build_classes(self.devices, self.tracks, self.options)
+        hosted = {s for cls in self.classes for role in cls.roles for s in role.stages}
+        self.stages = tuple(s for s in STAGES if s in hosted)
+        self.unrunnable = tuple(s for s in STAGES if s not in hosted)
+        self.evaluate = Evaluator(self.classes, self.stages, len(self.tracks))
+
+    def key(self, assignment: Assignment) -> tuple:
+        """Order of preference: makespan in steps of MAKESPAN_STEP, then fewer workers and cards (fewer engines to
+        load; a worker that would only shave a fraction of a percent is not worth its memory), then a fixed order."""
+        est = self.evaluate(assignment)
+        step = math.inf if math.isinf(est.makespan) else math.floor(math.log(max(est.makespan, 1e-9)) / MAKESPAN_STEP)
+        return (step, -est.covered, est.workers, est.cards, est.makespan, assignment)
+
+    def exact_size(self) -> int:
+        return math.prod(math.comb(c.count + len(c.roles), c.count) for c in self.classes)
+
+
+def plan(inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions | None = None) -> Plan:
+    """Place the four stages on the inventory's cards for this workload (see the module docstring)."""
+    p = _Problem(inventory, workload, options)
+    if not p.stages:
+        return _assemble(p, (), "none", 0)
+    if p.exact_size() > p.options.exact_limit:
+        best, tried, note = _flow(p)
+        return _assemble(p, best, "flow", tried, note)
+    best, tried = _exact(p)
+    return _assemble(p, best, "cpu" if p.cpu else "exact", tried)
+
+
+def exhaustive_plan(inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions | None = None,
+                    limit: int = 2_000_000) -> Plan:
+    """Try every role (or none) for every card, one card at a time: the reference `plan` is tested against."""
+    p = _Problem(inventory, workload, options)
+    if not p.stages:
+        return _assemble(p, (), "none", 0)
+    cards = [(k, [-1, *range(len(cls.roles))]) for k, cls in enumerate(p.classes) for _ in cls.devices]
+    size = math.prod(len(choices) for _, choices in cards)
+    if size > limit:
+        raise ValueError(f"exhaustive search over {size} assignments exceeds the limit of {limit}")
+    best, kinds, seen = None, [k for k, _ in cards], set()
+    for combo in itertools.product(*(choices for _, choices in cards)):
+        picked = tuple(sorted((k, r) for k, r in zip(kinds, combo) if r >= 0))
+        if picked in seen:      # the same multiset of (class, role) as an earlier combination: same estimate
+            continue
+        seen.add(picked)
+        counts = Counter(picked)
+        best = _better(p, tuple((k, r, n) for (k, r), n in sorted(counts.items())), best)
+    return _assemble(p, best, "exhaustive", size)
+
+
+def _better(p: _Problem, assignment: Assignment, best: Assignment | None) -> Assignment:
+    """The better of two assignments; skips the estimate when a cheap bound shows it cannot win."""
+    if best is not None:   # skip when even the bound lands in a later makespan step than the best's
+        edge = math.exp((p.key(best)[0] + 1) * MAKESPAN_STEP)
+        if p.evaluate.lower_bound(assignment) >= edge * (1 + 1e-12):
+            return best
+    return assignment if best is None or p.key(assignment) < p.key(best) else best
+
+
+def _exact(p: _Problem) -> tuple[Assignment, int]:
+    per_class = []
+    for k, cls in enumerate(p.classes):
+        options = []
+        for combo in itertools.combinations_with_replacement(range(-1, len(cls.roles)), cls.count):
+            counts = Counter(r for r in combo if r >= 0)
+            options.append(tuple((k, r, n) for r, n in sorted(counts.items())))
+        per_class.append(options)
+    best, tried = None, 0
+    for parts in itertools.product(*per_class):
+        tried += 1
+        best = _better(p, tuple(sorted(x for part in parts for x in part)), best)
+    return best, tried
+
+
+def _flow(p: _Problem) -> tuple[Assignment, int, str]:
+    """LP over (class, stage) card time with single-stage roles, rounding, then improving one-card moves."""
+    single = {(k, role.stages[0]): r for k, cls in enumerate(p.classes)
+              for r, role in enumerate(cls.roles) if len(role.stages) == 1}
+    cols = [(k, s) for k in range(len(p.classes)) for s in p.stages if (k, s) in single]
+    rate = {(k, s): 1.0 / p.classes[k].roles[single[(k, s)]].timing(s).card_seconds for k, s in cols}
+    a, b = [], []
+    for s in p.stages:
+        a.append([-rate[c] if c[1] == s else 0.0 for c in cols] + [1.0])
+        b.append(0.0)
+    for k, cls in enumerate(p.classes):
+        a.append([1.0 if c[0] == k else 0.0 for c in cols] + [0.0])
+        b.append(float(cls.count))
+    bound, y = maximize([0.0] * len(cols) + [1.0], a, b)
+    counts = _round(p, dict(zip(cols, y)), single)
+    best, tried = _improve(p, counts)
+    relaxed = [relaxed_role(cls, p.stages) for cls in p.classes if any(s in cls.speeds for s in p.stages)]
+    floor = p.evaluate.estimate(relaxed, [cls.count for cls in p.classes if any(s in cls.speeds for s in p.stages)])
+    span = p.evaluate(best).makespan
+    note = (f"flow: an LP over {len(p.classes)} card kind(s) balances card time per stage (at most "
+            f"{bound * 3600:,.1f} tracks/h); if every card could host every stage the estimate would be "
+            f"{floor.makespan:,.1f} s; rounding and {tried} one-card or quarter-group move(s) reach {span:,.1f} s")
+    return best, tried + 1, note
+
+
+def _round(p: _Problem, y: dict, single: dict) -> Counter:
+    """Whole cards from the LP's card time: the integer part as single-stage cards; the fractional parts packed
+    (first-fit decreasing) onto the class's remaining cards as co-hosted roles, or the largest part when the
+    pack does not fit in memory."""
+    counts: Counter = Counter()
+    for k, cls in enumerate(p.classes):
+        shares = {s: y.get((k, s), 0.0) for s in p.stages if (k, s) in single}
+        whole = {s: math.floor(v + 1e-9) for s, v in shares.items()}
+        for s, n in whole.items():
+            if n:
+                counts[(k, single[(k, s)])] += n
+        left = cls.count - sum(whole.values())
+        bins: list[list[tuple[float, str]]] = []
+        for frac, s in sorted(((v - whole[s], s) for s, v in shares.items() if v - whole[s] > 1e-9), reverse=True):
+            target = next((b for b in bins if sum(f for f, _ in b) + frac <= 1 + 1e-9), None)
+            if target is None:
+                bins.append([(frac, s)])
+            else:
+                target.append((frac, s))
+        for chunk in bins[:left]:
+            stages = tuple(s for s in STAGES if s in {s for _, s in chunk})
+            role = next((r for r, role in enumerate(cls.roles) if role.stages == stages), None)
+            counts[(k, role if role is not None else single[(k, max(chunk)[1])])] += 1
+    return _cap_workers(p, counts)
+
+
+def _cap_workers(p: _Problem, counts: Counter) -> Counter:
+    """More single-stage cards than tracks cannot all be busy: keep the fastest N per stage."""
+    n = len(p.tracks)
+    for s in p.stages:
+        entries = sorted(((p.classes[k].roles[r].timing(s).card_seconds, k, r) for (k, r), c in counts.items()
+                          if c and p.classes[k].roles[r].stages == (s,)))
+        keep = n
+        for _, k, r in entries:
+            take = min(counts[(k, r)], keep)
+            counts[(k, r)], keep = take, keep - take
+    return Counter({key: c for key, c in counts.items() if c})
+
+
+def _improve(p: _Problem, counts: Counter) -> tuple[Assignment, int]:
+    """Best-improvement moves of one card, or a quarter of a group, to another role or out of use."""
+    current = tuple(sorted((k, r, n) for (k, r), n in counts.items() if n > 0))
+    tried = 0
+    while tried < LOCAL_SEARCH_EVALUATIONS:
+        idle = {k: cls.count - sum(n for kk, _, n in current if kk == k) for k, cls in enumerate(p.classes)}
+        sources = [(k, r, n) for k, r, n in current] + [(k, -1, n) for k, n in idle.items() if n > 0]
+        best = current
+        for k, src, n in sources:
+            for size in sorted({max(1, n // 4), 1}, reverse=True):
+                for dst in [-1, *range(len(p.classes[k].roles))]:
+                    if dst == src or tried >= LOCAL_SEARCH_EVALUATIONS:
+                        continue
+                    candidate = _move(current, k, src, dst, size)
+                    tried += 1
+                    if p.key(candidate) < p.key(best):
+                        best = candidate
+        if best == current:
+            break
+        current = best
+    return current, tried
+
+
+def _move(assignment: Assignment, k: int, src: int, dst: int, size: int) -> Assignment:
+    moved = Counter({(kk, r): c for kk, r, c in assignment})
+    moved[(k, src)] -= size
+    moved[(k, dst)] += size
+    return tuple(sorted((kk, r, c) for (kk, r), c in moved.items() if c > 0 and r >= 0))
+
+
+def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note: str = "") -> Plan:
+    est = p.evaluate(assignment) if p.stages else Estimate(float("inf"), 0.0, (), {}, {}, {}, 0, 0)
+    hosted = {s for k, r, _ in assignment for s in p.classes[k].roles[r].stages}
+    apart = tuple(s for s in p.stages if s not in hosted)   # fit some card alone, but not next to the others
+    missing = tuple(s for s in STAGES if s in p.unrunnable or s in apart)
+    runnable = bool(p.stages) and not missing
+    workers, cards = _place(p, assignment, est)
+    bottleneck = max(p.stages, key=lambda s: est.load[s]) if runnable else None   # the stage using most card time
+    return Plan(len(p.tracks), sum(t.audio_seconds for t in p.tracks), p.options.model.name, method, tried,
+                tuple(workers), tuple(cards), _stage_summaries(p, est, workers, apart), bottleneck,
+                est.makespan if runnable else None, est.throughput if runnable else 0.0,
+                sum(est.latency.values()) if runnable else None, missing, _refusals(p),
+                tuple(_reasons(p, est, workers, method, tried, note, apart)), p.options.reserve_gib,
+                p.options.shared_process)
+
+
+def _place(p: _Problem, assignment: Assignment, est: Estimate) -> tuple[list[Worker], list[CardUse]]:
+    """Hand each class's cards, in node/index order, to the assignment's roles; the rest are listed unused."""
+    workers, cards = [], []
+    free = {k: list(cls.devices) for k, cls in enumerate(p.classes)}
+    for e, (k, r, n) in enumerate(assignment):
+        cls, role = p.classes[k], p.classes[k].roles[r]
+        for dev in (free[k].pop(0) for _ in range(n)):
+            model = dev.spec().model
+            cards.append(CardUse(dev.key, dev.node, dev.index, dev.uuid, model, role.stages, role.memory.total,
+                                 cls.budget_gib, role.memory.breakdown()))
+            for i, s in enumerate(role.stages):
+                share = est.shares[e][i] if est.shares else 0.0   # no shares when the plan cannot run
+                workers.append(Worker(s, dev.key, dev.node, dev.index, dev.uuid, model, share, role.batches[i],
+                                      role.memory.decode_core if s == "decode" else None,
+                                      role.timing(s).card_seconds, role.timing(s).latency))
+    cards += [CardUse(d.key, d.node, d.index, d.uuid, d.spec().model, (), 0.0, p.classes[k].budget_gib, "unused")
+              for k, devs in free.items() for d in devs]
+    workers.sort(key=lambda w: (STAGES.index(w.stage), -w.share, w.card))
+    cards.sort(key=lambda c: (c.node, c.index))
+    return workers, cards
+
+
+def _stage_summaries(p: _Problem, est: Estimate, workers: list[Worker], apart) -> tuple[StageSummary, ...]:
+    out = []
+    for s in STAGES:
+        if s in p.unrunnable:
+            why = next((cls.refusals[s] for cls in p.classes if s in cls.refusals), "no card")
+            out.append(StageSummary(s, False, 0, 0.0, None, f"fits no card: {why}"))
+        elif s in apart:
+            out.append(StageSummary(s, False, 0, 0.0, None, _apart_note(p, s)))
+        else:
+            n = sum(1 for w in workers if w.stage == s)
+            out.append(StageSummary(s, True, n, est.capacity.get(s, 0.0), est.latency.get(s)))
+    return tuple(out)
+
+
+def _refusals(p: _Problem) -> tuple[Refusal, ...]:
+    return tuple(Refusal(s, f"{cls.device.spec().model} x{cls.count} ({cls.device.key})", why)
+                 for cls in p.classes for s, why in cls.refusals.items())
+
+
+def _apart_note(p: _Problem, stage: str) -> str:
+    full = [cls for cls in p.classes if stage in cls.speeds]
+    return (f"fits a card alone, but no card has room for it next to the stages it would have to share with; "
+            f"e.g. {full[0].device.spec().model} ({full[0].device.key}) offers {full[0].budget_gib:.2f} GiB, while all "
+            f"{len(p.stages)} runnable stages need {_together_gib(p, full[0]):.2f} GiB at batch 1")
+
+
+def _together_gib(p: _Problem, cls: CardClass) -> float:
+    from .memory import card_memory, peaks
+    batches = dict.fromkeys(p.stages, 1)
+    return card_memory(batches, p.options.model, peaks(p.options.model, p.tracks), min(p.options.decode_cores),
+                       p.options.shared_process).total
+
+
+def _reasons(p: _Problem, est: Estimate, workers: list[Worker], method: str, tried: int, note: str,
+             apart: tuple[str, ...] = ()) -> list[str]:
+    o = p.options
+    lines = [f"{len(p.tracks)} track(s) of {p.options.model.name}; reserve {o.reserve_gib:g} GiB per card; stages on "
+             f"one card {'share one process (weights loaded once)' if o.shared_process else 'run as separate processes'}"]
+    if p.cpu:
+        lines.append("no GPU in the inventory: every stage runs on the CPU (the farm uses the tiny model there); "
+                     "host memory is not checked")
+    for cls in p.classes:
+        spec = cls.device.spec()
+        lines.append(f"{spec.model} x{cls.count} ({', '.join(d.key for d in cls.devices[:4])}"
+                     f"{', ...' if cls.count > 4 else ''}): {cls.budget_gib:,.1f} GiB usable, {spec.bandwidth_gbs:,.0f} GB/s, "
+                     f"bf16 {spec.bf16_tflops or 0:,.1f} / fp32 {spec.fp32_tflops or 0:,.1f} TFLOP/s; "
+                     f"runs alone: {', '.join(cls.speeds) or 'nothing'}")
+    lines.append(note or f"{method} search over {tried} assignment(s) of roles to cards, objective album makespan")
+    for s in p.unrunnable:
+        lines.append(f"{s} cannot run: no card has the memory for it (see Refused)")
+    for s in apart:
+        lines.append(f"{s} cannot run alongside the others: {_apart_note(p, s)}")
+    for w in workers:
+        lines.append(_worker_reason(p, w, runs=bool(p.stages) and not p.unrunnable and not apart))
+    placed = {w.card for w in workers}
+    for cls in p.classes:
+        idle = [d.key for d in cls.devices if d.key not in placed]
+        if idle and cls.speeds:
+            lines.append(f"{len(idle)} {cls.device.spec().model} card(s) unused ({', '.join(idle[:4])}"
+                         f"{', ...' if len(idle) > 4 else ''}): giving them a stage would not shorten the makespan")
+        elif idle:
+            lines.append(f"{cls.device.spec().model} ({', '.join(idle[:4])}) unused: no stage fits it (see Refused)")
+    if p.stages and not p.unrunnable and not apart:
+        b = max(p.stages, key=lambda s: est.load[s])
+        lines.append(f"shares split each card's time so every stage sustains {est.throughput * 3600:,.1f} tracks/h "
+                     f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan {est.makespan:,.1f} s: the "
+                     f"larger of the pipeline (one track alone {sum(est.latency.values()):,.1f} s, then the rest) "
+                     f"and the busiest card's work")
+    return lines
+
+
+def _worker_reason(p: _Problem, w: Worker, runs: bool = True) -> str:
+    kinds = [cls for cls in p.classes if w.stage in cls.speeds]
+    if w.stage in AR_STAGES:
+        value = lambda c: c.device.spec().bandwidth_gbs
+        what, unit, reverse = "bandwidth", "GB/s", True
+    elif w.stage == "acoustic":
+        value = lambda c: c.device.spec().bf16_tflops or 0.0
+        what, unit, reverse = "bf16", "TFLOP/s", True
+    else:
+        value = lambda c: c.budget_gib
+        what, unit, reverse = "usable memory", "GiB", False
+    mine = next(c for c in p.classes if any(d.key == w.card for d in c.devices))
+    rank = sorted({value(c) for c in kinds}, reverse=reverse).index(value(mine)) + 1
+    order = "largest" if reverse else "smallest"
+    tile = f", VAE tile {w.decode_core} frames" if w.decode_core else ""
+    share = "- (the album cannot run)" if not runs else "0% (helps fill and drain only)" if w.share < 1e-9 \
+        else f"{w.share:.0%}"
+    return (f"{w.stage} on {w.card} ({w.model}): share {share}, batch {w.batch}{tile}; {what} {value(mine):,.1f} "
+            f"{unit}, {_ordinal(rank)} {order} of {len({value(c) for c in kinds})} card kind(s) where it fits; "
+            f"{w.card_seconds:,.1f} s of card time per track")
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"

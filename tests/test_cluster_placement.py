@@ -1,0 +1,169 @@
+"""cluster/placement.py (with roles.py and estimate.py): where each stage runs, and why."""
+import itertools
+import json
+import pathlib
+import time
+
+import pytest
+
+from cluster.costs import card_speed
+from cluster.gpus import GpuDevice, device_from_spec, lookup
+from cluster.lp import maximize
+from cluster.placement import exhaustive_plan, plan
+from cluster.profiles import cpu_inventory, load_profile, profile_inventory
+from cluster.roles import PlanOptions
+from cluster.workload import STAGES, ModelShape, TrackShape, album_tracks
+
+CLUSTERS = pathlib.Path(__file__).resolve().parents[1] / "configs" / "clusters"
+
+
+def profile_plan(name: str, tracks: int, **options):
+    profile = load_profile(CLUSTERS / f"{name}.toml")
+    opts = PlanOptions.for_profile(profile, **options)
+    inventory = profile_inventory(profile) + cpu_inventory(profile)
+    return plan(inventory, album_tracks(tracks, seed=1), opts), inventory, opts
+
+
+def cards(*models: str) -> list[GpuDevice]:
+    return [device_from_spec(lookup(m), f"n{i}", 0) for i, m in enumerate(models)]
+
+
+def check_invariants(p, inventory, opts):
+    """Every card within its memory budget; each card's shares add up to at most its whole time."""
+    budget = {d.key: d.vram_gib - opts.reserve_gib for d in inventory if not d.is_cpu}
+    for card in p.cards:
+        if card.stages and card.card in budget:
+            assert card.memory_gib <= budget[card.card] + 1e-9
+    for key in {w.card for w in p.workers}:
+        assert sum(w.share for w in p.workers if w.card == key) <= 1 + 1e-9
+    assert all(w.batch <= opts.max_batch for w in p.workers)
+    json.dumps(p.to_dict())
+    assert "Reasons:" in p.describe()
+
+
+def test_lp_solver():
+    value, x = maximize([1, 1], [[1, 2], [3, 1]], [4, 6])
+    assert value == pytest.approx(2.8) and x == pytest.approx([1.6, 1.2])
+    with pytest.raises(ValueError):
+        maximize([1], [[-1]], [1])
+
+
+def test_lone_laptop_runs_decode_and_says_why_not_the_rest():
+    p, inventory, opts = profile_plan("laptop-3050", 12)
+    assert p.makespan_s is None and not p.runnable
+    assert p.unrunnable == ("plan", "semantic", "acoustic")
+    assert p.cards_for("decode") == ("laptop/0",)
+    laptop = inventory[0]
+    for stage in p.unrunnable:
+        (refused,) = [r for r in p.refusals if r.stage == stage]
+        assert f"{stage} needs " in refused.reason and "GiB with batch 1" in refused.reason
+        assert refused.reason.endswith("RTX 3050 Laptop (laptop/0) offers 4.00 GiB after the 2 GiB reserve")
+        needed = float(refused.reason.split(" needs ")[1].split(" GiB")[0])
+        assert needed > 4.0
+        # Memory, not speed, is the disqualifier: the card has figures for the stage.
+        assert not isinstance(card_speed(laptop, stage, opts.model, opts.calibration), str)
+    assert "cannot run" in p.describe()
+    check_invariants(p, inventory, opts)
+
+
+def test_home_lab_places_each_stage_on_the_card_that_suits_it():
+    p, inventory, opts = profile_plan("home-lab", 24)
+    assert p.runnable and p.makespan_s > p.one_track_s > 0
+    assert "laptop/0" in p.cards_for("decode")                       # the small card decodes
+    acoustic = max(p.workers_for("acoustic"), key=lambda w: w.share * 1 / w.card_seconds)
+    assert acoustic.card == "workstation/0"                          # most compute does most flow matching
+    assert "workstation/0" in p.cards_for("plan")                    # most bandwidth decodes tokens
+    assert p.bottleneck in STAGES and p.method == "exact"
+    check_invariants(p, inventory, opts)
+
+
+def test_one_node_with_two_models_uses_both_cards():
+    p, inventory, opts = profile_plan("home-lab-one-node", 12)
+    assert p.runnable
+    assert p.cards_for("decode") == ("desk/1",)
+    assert {w.stage for w in p.workers if w.card == "desk/0"} == {"plan", "semantic", "acoustic"}
+    check_invariants(p, inventory, opts)
+
+
+def test_one_h200_hosts_all_four_and_two_share_the_work():
+    one, inventory, opts = profile_plan("h200", 12)
+    assert {w.stage for w in one.workers} == set(STAGES) and {w.card for w in one.workers} == {"h200/0"}
+    check_invariants(one, inventory, opts)
+    two, inventory, opts = profile_plan("h200x2", 12)
+    assert {w.card for w in two.workers} == {"h200x2/0", "h200x2/1"}
+    assert two.makespan_s < one.makespan_s
+    check_invariants(two, inventory, opts)
+
+
+def test_cpu_fallback_puts_every_stage_on_the_cpu():
+    tiny = [TrackShape(64 / 25, 32, 64, prompt_tokens=40) for _ in range(8)]
+    profile = load_profile(CLUSTERS / "cpu.toml")
+    opts = PlanOptions.for_profile(profile, model=ModelShape.tiny())
+    p = plan(profile_inventory(profile) + cpu_inventory(profile), tiny, opts)
+    assert p.method == "cpu" and p.runnable
+    assert {w.card for w in p.workers} == {"local/cpu"} and {w.stage for w in p.workers} == set(STAGES)
+    bare = plan([], tiny, PlanOptions(model=ModelShape.tiny()))
+    assert {w.card for w in bare.workers} == {"local/cpu"}
+
+
+def test_a_lone_4090_needs_one_process_per_card():
+    """All four stages at batch 1: 12.2 GiB in one process, 21.8 GiB as four (4 x weights-and-context)."""
+    shared = plan(cards("RTX 4090"), album_tracks(4), PlanOptions(reserve_gib=2.5))
+    assert shared.runnable and len(shared.workers) == 4
+    apart = plan(cards("RTX 4090"), album_tracks(4), PlanOptions(shared_process=False, reserve_gib=2.5))
+    assert not apart.runnable and apart.makespan_s is None
+    assert any("next to the stages" in s.note for s in apart.stages if not s.runnable)
+
+
+def test_batches_follow_the_options_and_the_album():
+    p = plan(cards("H200"), album_tracks(5))
+    assert {w.batch for w in p.workers_for("plan")} == {5}            # no more slots than tracks
+    small = plan(cards("H200"), album_tracks(40), PlanOptions(max_batch=8))
+    assert {w.batch for w in small.workers_for("semantic")} == {8}
+    with pytest.raises(ValueError):
+        plan(cards("H200"), [])
+
+
+MODELS = ["RTX 3050 Laptop", "RTX 4090", "H200"]
+
+
+def generated_cases():
+    for size in range(1, 5):
+        for combo in itertools.combinations_with_replacement(MODELS, size):
+            for tracks in ((1, 6) if size < 4 else (6,)):
+                yield combo, tracks
+
+
+def test_planner_matches_exhaustive_search_on_every_small_cluster():
+    """Every multiset of <= 4 cards from MODELS (4-card sets at one album size, to keep the test fast)."""
+    checked = 0
+    for combo, tracks in generated_cases():
+        inventory, workload = cards(*combo), album_tracks(tracks, seed=len(combo))
+        fast, brute = plan(inventory, workload), exhaustive_plan(inventory, workload)
+        assert fast.method == "exact" and brute.method == "exhaustive"
+        if brute.makespan_s is None:
+            assert fast.makespan_s is None and fast.unrunnable == brute.unrunnable, combo
+        else:
+            assert fast.makespan_s == pytest.approx(brute.makespan_s, rel=1e-9), (combo, tracks)
+        checked += 1
+    assert checked == 2 * 3 + 2 * 6 + 2 * 10 + 15
+
+
+def test_flow_method_is_close_to_exact_on_a_mid_sized_cluster():
+    inventory = cards("RTX 3050 Laptop", "RTX 4090", "RTX 4090", "L40S", "L40S")     # 37,000 assignments
+    workload = album_tracks(30, seed=5)
+    exact = plan(inventory, workload)
+    flow = plan(inventory, workload, PlanOptions(exact_limit=0))
+    assert exact.method == "exact" and flow.method == "flow"
+    assert exact.makespan_s <= flow.makespan_s <= 1.25 * exact.makespan_s
+
+
+def test_a_thousand_cards_plan_in_seconds():
+    mix = [("RTX 4090", 250), ("L40S", 250), ("A100 80GB", 200), ("H100 SXM", 200), ("H200", 100)]
+    inventory = [device_from_spec(lookup(m), f"{m.replace(' ', '')}-{i // 8}", i % 8) for m, n in mix for i in range(n)]
+    start = time.perf_counter()
+    p = plan(inventory, album_tracks(1000, seed=2))
+    assert time.perf_counter() - start < 30
+    assert p.method == "flow" and p.runnable and set(STAGES) == {w.stage for w in p.workers}
+    assert any("flow: an LP" in r for r in p.reasons)
+    check_invariants(p, inventory, PlanOptions())
