@@ -142,5 +142,26 @@ def bench_song(
             device=device, repeats=repeats, json_out=json_out)
 
 
+@bench_app.command("album")
+def bench_album(
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    tracks: Annotated[int, typer.Option(help="Tracks in the album.")] = 4,
+    plan_tokens: Annotated[int, typer.Option(help="Forced plan length per track.")] = 4540,
+    semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length per track.")] = 5371,
+    pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD placement instead of the planner's.")] = None,
+    sequential: Annotated[bool, typer.Option(help="Also time the sequential path on the same tracks.")] = True,
+    address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+) -> None:
+    """An album of forced-length tracks through the farm, and through the sequential path in the same run."""
+    from .bench_album import run_album_bench
+
+    guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
+            semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential, json_out=json_out,
+            address=address, cluster=cluster)
+
+
 if __name__ == "__main__":
     app()

@@ -1,0 +1,155 @@
+"""`farm bench album`: N forced-length tracks through the farm, then through the sequential path in the same run.
+
+Prints the farm's stage table (calls, busy time, span, throughput, cards), the album's wall time next to the
+sequential path's for the same tracks, and what NVML saw each worker process hold on each card — the evidence that
+placement is real. Random weights never end a song by themselves, so lengths are forced: the end id is masked
+until the target length and generation stops there.
+"""
+from __future__ import annotations
+
+import json
+import tempfile
+import time
+from pathlib import Path
+
+from .bench import BENCH_STYLE, bench_lyrics, environment
+
+STAGE_UNITS = {"plan": "tokens", "semantic": "tokens", "acoustic": "frames", "decode": "frames"}
+
+
+def album_spec(n: int, plan_tokens: int, semantic_tokens: int, lyrics: str) -> str:
+    """An album of n identical-length tracks whose lengths are forced through the sampling overrides."""
+    head = (f'title = "Bench {n} x ({plan_tokens} + {semantic_tokens} tokens)"\n[defaults]\n'
+            f'style = "{BENCH_STYLE}"\ncot = "full"\nseed = 1\n'
+            f"[defaults.sampling.plan]\nmin_tokens = {plan_tokens}\nmax_tokens = {plan_tokens}\n"
+            f"[defaults.sampling.semantic]\nmin_tokens = {semantic_tokens}\nmax_tokens = {semantic_tokens}\n")
+    body = "".join(f'[[tracks]]\ntitle = "Bench {i:02d}"\nlyrics = """\n{lyrics}"""\n' for i in range(1, n + 1))
+    return head + body
+
+
+def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
+                    pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
+                    cluster: Path | None = None) -> dict:
+    from stages.song import open_checkpoint
+
+    from .driver import RenderOptions, render_album
+    from .gpumon import GpuMonitor
+    from .models import resolve_model
+
+    from cluster.gpus import probe_nvml
+
+    paths = resolve_model(model, vae)
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
+    spec = work / "album.toml"
+    spec.write_text(album_spec(tracks, plan_tokens, semantic_tokens, bench_lyrics(ckpt.cfg.tokens)))
+    monitor = GpuMonitor([d.uuid for d in probe_nvml("local")], interval=0.5).start()
+    started = time.time()
+    result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
+                                              progress=False, address=address, cluster=cluster))
+    total = time.time() - started
+    monitor.stop()
+    ok = [e for e in result.events if e.ok]
+    makespan = max(e.end for e in ok) - min(e.start for e in ok)
+    report = {"environment": environment("cuda" if monitor.available else "cpu"),
+              "tracks": tracks, "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens,
+              "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
+              "failures": result.failures, "album_makespan_s": makespan, "render_wall_s": total,
+              "stages": stage_rows(ok), "events": [vars_of(e) for e in result.events],
+              "nvml_peak_bytes": {u: {str(p): b for p, b in procs.items()}
+                                  for u, procs in monitor.peak_by_process().items()},
+              "nvml_available": monitor.available}
+    if sequential:
+        report["sequential"] = sequential_times(paths, spec)
+    print_report(report)
+    if json_out:
+        Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return report
+
+
+def vars_of(obj) -> dict:
+    import dataclasses
+
+    return dataclasses.asdict(obj)
+
+
+def stage_rows(events) -> list[dict]:
+    rows = []
+    for stage in STAGE_UNITS:
+        mine = [e for e in events if e.stage == stage]
+        if not mine:
+            continue
+        span = max(e.end for e in mine) - min(e.start for e in mine)
+        units = sum(e.units for e in mine)
+        rows.append({"stage": stage, "calls": len(mine), "units": units, "unit": STAGE_UNITS[stage],
+                     "busy_s": sum(e.end - e.start for e in mine), "span_s": span,
+                     "per_second": units / span if span else None, "max_batch": max(e.batch for e in mine),
+                     "cards": sorted({f"{e.gpu} ({e.gpu_uuid[:12]})" for e in mine})})
+    return rows
+
+
+def sequential_times(paths, spec: Path) -> dict:
+    """The same tracks, one after another, through the in-process sequential path on one device."""
+    import torch
+
+    from stages.song import SongEngines, open_checkpoint, render_song
+
+    from .album import load_album
+    from .devices import pick_device
+    from .jobs import track_request, track_settings
+
+    device = pick_device("auto")
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
+    album = load_album(spec)
+    warm = album.tracks[0]
+    render_song(engines, track_request(warm), _short(track_settings(warm, ckpt.cfg)))
+    per_track, start = [], time.perf_counter()
+    for track in album.tracks:
+        song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg), key=track.folder)
+        per_track.append({s: t.seconds for s, t in song.timings.items()})
+    if device.startswith("cuda"):
+        torch.cuda.synchronize()
+    return {"device": device, "wall_s": time.perf_counter() - start, "per_track": per_track}
+
+
+def _short(settings):
+    from dataclasses import replace
+
+    plan = replace(settings.plan, min_tokens=min(32, settings.plan.max_tokens), max_tokens=min(32, settings.plan.max_tokens))
+    semantic = replace(settings.semantic, min_tokens=min(64, settings.semantic.max_tokens),
+                       max_tokens=min(64, settings.semantic.max_tokens))
+    return replace(settings, plan=plan, semantic=semantic)
+
+
+def print_report(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=170)
+    env = r["environment"]
+    title = (f"farm bench album — {r['tracks']} tracks, FORCED lengths plan {r['plan_tokens']} + semantic "
+             f"{r['semantic_tokens']} tokens (random weights); {env.get('gpu', env['device'])}, torch {env['torch']}, "
+             f"{env['date']}")
+    table = Table(title=title, title_justify="left")
+    for col in ("stage", "calls", "units", "busy s", "span s", "rate (span)", "max batch", "cards"):
+        table.add_column(col)
+    for s in r["stages"]:
+        table.add_row(s["stage"], str(s["calls"]), f"{s['units']} {s['unit']}", f"{s['busy_s']:.2f}",
+                      f"{s['span_s']:.2f}", f"{s['per_second']:.1f} {s['unit']}/s" if s["per_second"] else "—",
+                      f"{s['max_batch']:.1f}", ", ".join(s["cards"]))
+    console.print(table)
+    line = f"album makespan (first stage start → last stage end): {r['album_makespan_s']:.2f} s; " \
+           f"render wall incl. Ray start and weight loading: {r['render_wall_s']:.2f} s"
+    if "sequential" in r:
+        seq = r["sequential"]["wall_s"]
+        line += f"\nsequential one-song path, same {r['tracks']} tracks, same run: {seq:.2f} s → farm speed-up " \
+                f"{seq / r['album_makespan_s']:.2f}x (makespan) / {seq / r['render_wall_s']:.2f}x (wall)"
+    console.print(line)
+    pids = {w["pid"]: f"{w['worker']}" for w in r["workers"].values()}
+    for uuid, procs in r["nvml_peak_bytes"].items():
+        held = ", ".join(f"pid {p} [{pids.get(int(p), 'not a farm worker')}] {b / 2**30:.2f} GiB"
+                         for p, b in procs.items()) or "no process"
+        console.print(f"NVML {uuid}: {held}")
+    if not r["nvml_available"]:
+        console.print("NVML: no local GPU to sample (virtual or CPU cards report no memory).")
