@@ -60,12 +60,16 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
     runs = [render_song(engines, request, settings) for _ in range(max(1, repeats))]
     rows = [_row(stage, [r.timings[stage] for r in runs], ckpt.cfg.name) for stage in runs[0].timings]
     total = sum(r["seconds"] for r in rows)
+    from stages.protocol import plan_prefix
+
     env = {**environment(device), "model": ckpt.cfg.name, "load_seconds": load_seconds, "repeats": len(runs),
-           "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "total_seconds": total}
+           "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "total_seconds": total,
+           "prompt_tokens": len(plan_prefix(request, ckpt.tokenizer, ckpt.cfg.tokens))}
     print_table(rows, env)
+    report = {"environment": env, "rows": rows}
     if json_out:
-        Path(json_out).write_text(json.dumps({"environment": env, "rows": rows}, indent=2) + "\n")
-    return rows
+        Path(json_out).write_text(json.dumps(report, indent=2) + "\n")
+    return report
 
 
 def _row(stage: str, timings: list, model_name: str) -> dict:

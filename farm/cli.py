@@ -125,6 +125,54 @@ def inventory(
     guarded(show_inventory, cluster)
 
 
+AlbumOpt = Annotated[Path | None, typer.Option(help="Plan for this album's tracks (their token budgets).")]
+TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded lengths instead (default 12).")]
+ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); default: this "
+                                                      "host's GPUs.")]
+
+
+@app.command()
+def plan(
+    cluster: ClusterOpt = None,
+    album: AlbumOpt = None,
+    tracks: TracksOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
+    mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+) -> None:
+    """Which stage runs on which card, how many replicas and batches, the bottleneck and the ETA — with reasons."""
+    from .planning import plan_command
+
+    typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, as_json))
+
+
+@app.command()
+def simulate(
+    cluster: ClusterOpt = None,
+    album: AlbumOpt = None,
+    tracks: TracksOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
+    mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
+    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+) -> None:
+    """Run the planner's plan through a discrete-event simulation of the farm's dispatch: makespan, use, queues."""
+    from .planning import simulate_command
+
+    typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, as_json))
+
+
+@app.command()
+def calibrate(
+    bench_json: Annotated[Path, typer.Argument(help="A `farm bench song --json` report measured on a GPU.")],
+    out: Annotated[Path | None, typer.Option(help="Calibration file (default configs/calibration/<gpu>.toml).")]
+    = None,
+) -> None:
+    """Fit the cost model's efficiency factors to a measured bench report and write the calibration file."""
+    from .planning import calibrate_command
+
+    typer.echo(guarded(calibrate_command, bench_json, out))
+
+
 @bench_app.command("song")
 def bench_song(
     model: ModelOpt = "tiny",
@@ -134,12 +182,18 @@ def bench_song(
     device: DeviceOpt = "auto",
     repeats: Annotated[int, typer.Option(help="Timed runs; the table shows medians.")] = 1,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the rows as JSON here.")] = None,
+    calibrate: Annotated[Path | None, typer.Option(help="Also fit and write a calibration file from this run.")]
+    = None,
 ) -> None:
     """One reference-length track through all four stages in one process: per-stage time, rate and peak memory."""
     from .bench import run_song_bench
 
-    guarded(run_song_bench, model=model, vae=vae, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens,
-            device=device, repeats=repeats, json_out=json_out)
+    report = guarded(run_song_bench, model=model, vae=vae, plan_tokens=plan_tokens,
+                     semantic_tokens=semantic_tokens, device=device, repeats=repeats, json_out=json_out)
+    if calibrate:
+        from .planning import calibrate_report
+
+        typer.echo(guarded(calibrate_report, report, calibrate))
 
 
 @bench_app.command("album")

@@ -23,11 +23,12 @@ def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, 
     gpus = [d for d in runtime.inventory if not d.is_cpu]
     shape = ModelShape.yue2_3b() if gpus or ckpt.cfg.name == "yue2-3b" else ModelShape.tiny()
     tracks = [track_shape(job, shape, reference=shape.name != ckpt.cfg.name) for job in jobs]
+    from .planning import options_for
+
     batch = 1 if exact else PlanOptions().max_batch
-    options = PlanOptions(model=shape, max_batch=batch,
-                          cpu_threads=max((d.sm_count for d in runtime.inventory if d.is_cpu), default=2))
-    if runtime.profile is not None:
-        options = PlanOptions.for_profile(runtime.profile, model=shape, max_batch=batch)
+    options = options_for(runtime.profile, model=shape, max_batch=batch,
+                          **({} if runtime.profile else {"cpu_threads": max(
+                              (d.sm_count for d in runtime.inventory if d.is_cpu), default=2)}))
     plan = make_plan(gpus or runtime.inventory, tracks, options)
     if not plan.runnable:
         from .errors import UserError
