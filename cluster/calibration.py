@@ -26,22 +26,40 @@ class Calibration:
     source: str = "built-in starting factors (PERFORMANCE.md, H200)"
     ar_bandwidth_efficiency: float = 0.854   # bytes/s of the AR weight + KV stream / datasheet bandwidth
     ar_step_overhead_s: float = 2.31e-3      # per decode step: kernel launches, sampling, host sync
+    ar_track_step_overhead_s: float = 0.0    # per track in the batch per step: its sampler and bookkeeping
     ar_compute_efficiency: float = 0.755     # when a large batch makes a step compute-bound
     prefill_efficiency: float = 0.448        # causal AR prefill FLOP/s / bf16 peak
     acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (MODEL.md §6 FLOP count)
     decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak
     job_overhead_s: float = 0.05             # per stage job: actor call, artifact write (assumption)
+    # Per-stage AR overheads when measured (None: the [ar] values). The two AR stages sample differently (top-k 30
+    # vs 100, other windows), so their per-step and per-track costs differ on the same engine.
+    plan_step_overhead_s: float | None = None
+    plan_track_step_overhead_s: float | None = None
+    semantic_step_overhead_s: float | None = None
+    semantic_track_step_overhead_s: float | None = None
     measured: dict = field(default_factory=dict, compare=False)   # provenance of fitted values
+
+    def ar_overheads(self, stage: str) -> tuple[float, float]:
+        """(per step, per track per step) overhead of an AR stage."""
+        fixed, per = getattr(self, f"{stage}_step_overhead_s"), getattr(self, f"{stage}_track_step_overhead_s")
+        return (self.ar_step_overhead_s if fixed is None else fixed,
+                self.ar_track_step_overhead_s if per is None else per)
 
 
 _FIELDS = {  # TOML table.key -> Calibration field
     ("ar", "bandwidth_efficiency"): "ar_bandwidth_efficiency",
     ("ar", "step_overhead_s"): "ar_step_overhead_s",
+    ("ar", "track_step_overhead_s"): "ar_track_step_overhead_s",
     ("ar", "compute_efficiency"): "ar_compute_efficiency",
     ("prefill", "efficiency"): "prefill_efficiency",
     ("acoustic", "efficiency"): "acoustic_efficiency",
     ("decode", "efficiency"): "decode_efficiency",
     ("job", "overhead_s"): "job_overhead_s",
+    ("plan", "step_overhead_s"): "plan_step_overhead_s",
+    ("plan", "track_step_overhead_s"): "plan_track_step_overhead_s",
+    ("semantic", "step_overhead_s"): "semantic_step_overhead_s",
+    ("semantic", "track_step_overhead_s"): "semantic_track_step_overhead_s",
 }
 
 
@@ -78,12 +96,14 @@ class Measured:
     """What a benchmark measured: seconds per stage for one track alone (batch 1) on one GPU model.
 
     `ar_tokens_per_s` optionally maps AR batch size -> aggregate tokens/s at this track's semantic-stage context; two
-    or more points let the AR step overhead and bandwidth efficiency be fitted separately.
+    or more points let the AR step overhead and the per-track overhead be fitted separately. `stage_tokens_per_s`
+    does the same per AR stage ({"plan": {batch: tokens/s}, "semantic": {...}}) for per-stage overheads.
     """
     gpu: str
     track: TrackShape
     seconds: dict                     # stage -> seconds (any subset of plan, semantic, acoustic, decode)
     ar_tokens_per_s: dict = field(default_factory=dict)
+    stage_tokens_per_s: dict = field(default_factory=dict)
     source: str = "measured"
 
 
@@ -100,6 +120,8 @@ def calibration_toml(cal: Calibration) -> str:
              f'gpu = "{cal.gpu}"', f'source = "{_escape(cal.source)}"', ""]
     table = None
     for (name, key), attr in _FIELDS.items():
+        if getattr(cal, attr) is None:
+            continue
         if name != table:
             lines.append(f"[{name}]")
             table = name

@@ -56,6 +56,7 @@ class CardSpeed:
     s_per_step_flop: float       # AR: 1 / effective compute when a step is compute-bound
     s_per_flop: float            # AR prefill / acoustic (bf16) / decode (fp32)
     job_overhead_s: float
+    step_per_track_s: float = 0.0   # AR: overhead per track in the batch per step (its sampler, its bookkeeping)
 
 
 def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibration) -> CardSpeed | str:
@@ -70,14 +71,16 @@ def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibratio
            "acoustic": cal.acoustic_efficiency, "decode": cal.decode_efficiency}[stage]
     if stage not in AR_STAGES:
         return CardSpeed(0.0, 0.0, 0.0, 0.0, 1.0 / (rate * 1e12 * eff), cal.job_overhead_s)
-    return CardSpeed(cal.ar_step_overhead_s, model.ar_step_weight_bytes,
-                     1.0 / (spec.bandwidth_gbs * 1e9 * cal.ar_bandwidth_efficiency),
-                     1.0 / (rate * 1e12 * cal.ar_compute_efficiency), 1.0 / (rate * 1e12 * eff), cal.job_overhead_s)
+    fixed, per_track = cal.ar_overheads(stage)
+    return CardSpeed(fixed, model.ar_step_weight_bytes, 1.0 / (spec.bandwidth_gbs * 1e9 * cal.ar_bandwidth_efficiency),
+                     1.0 / (rate * 1e12 * cal.ar_compute_efficiency), 1.0 / (rate * 1e12 * eff), cal.job_overhead_s,
+                     per_track)
 
 
-def step_seconds(speed: CardSpeed, kv_bytes: float, flop: float) -> float:
-    """One AR decode step for a batch whose members read `kv_bytes` of KV and need `flop` in total."""
-    return speed.step_fixed_s + max((speed.weight_bytes + kv_bytes) * speed.s_per_byte, flop * speed.s_per_step_flop)
+def step_seconds(speed: CardSpeed, kv_bytes: float, flop: float, tracks: float = 1) -> float:
+    """One AR decode step for a batch of `tracks` whose members read `kv_bytes` of KV and need `flop` in total."""
+    return (speed.step_fixed_s + tracks * speed.step_per_track_s
+            + max((speed.weight_bytes + kv_bytes) * speed.s_per_byte, flop * speed.s_per_step_flop))
 
 
 def stall_seconds(speed: CardSpeed, work: Work) -> float:
@@ -132,16 +135,16 @@ def stage_timing(speed: CardSpeed, load: StageLoad, batch: int) -> StageTiming:
     if load.stage not in AR_STAGES:
         return StageTiming(stall, job_seconds(speed, load.first))
     # A step = a fixed part (overhead + one read of the weights, shared by the batch) + a part per track (its KV).
-    fixed = step_seconds(speed, 0.0, 0.0)
-    per_track = (step_seconds(speed, batch * load.kv_tokens / load.tokens, batch * load.flop_tokens / load.tokens)
-                 - fixed) / batch
+    fixed = step_seconds(speed, 0.0, 0.0, 0)
+    per_track = (step_seconds(speed, batch * load.kv_tokens / load.tokens, batch * load.flop_tokens / load.tokens,
+                              batch) - fixed) / batch
     # Steady continuous batching refills slots, so a track carries 1/batch of each fixed part; when every track fits
     # in one wave the batch thins out as tracks finish and the weights are streamed for the longest track.
     shared = load.max_tokens * fixed / n if n <= batch else load.tokens / n * fixed / batch
     card = stall + load.tokens / n * per_track + shared
     k = min(batch, n, len(load.waves) - 1)
     flop, tokens, kv, step_flop = load.waves[k]
-    latency = flop * speed.s_per_flop + k * speed.job_overhead_s + tokens / k * step_seconds(speed, kv, step_flop)
+    latency = flop * speed.s_per_flop + k * speed.job_overhead_s + tokens / k * step_seconds(speed, kv, step_flop, k)
     return StageTiming(card, latency)
 
 
@@ -149,7 +152,8 @@ def lower_bound_card_seconds(speed: CardSpeed, work: Work, batch: int) -> float:
     """Card time a track needs at least at its stage on this card: AR at a full batch, memory-bound part only."""
     if work.stage not in AR_STAGES:
         return job_seconds(speed, work)
-    per_token = (speed.step_fixed_s + speed.weight_bytes * speed.s_per_byte) / batch + work.kv_bytes_per_step * speed.s_per_byte
+    per_token = ((speed.step_fixed_s + speed.weight_bytes * speed.s_per_byte) / batch + speed.step_per_track_s
+                 + work.kv_bytes_per_step * speed.s_per_byte)
     return stall_seconds(speed, work) + work.tokens * per_token
 
 
@@ -166,24 +170,43 @@ def fit_calibration(measured: Measured, base: Calibration, model: ModelShape | N
             busy = s[stage] - cal.job_overhead_s
             cal = replace(cal, **{attr: track_work(t, stage, model).flop / (rate * busy)})
     cal = _fit_ar(cal, measured, model, bw)
+    for stage, points in measured.stage_tokens_per_s.items():
+        fit = _line_fit(points, t.mean_context(stage) * model.kv_bytes_per_token * t.cfg_branches, model,
+                        bw * cal.ar_bandwidth_efficiency)
+        if fit is not None:
+            cal = replace(cal, **{f"{stage}_step_overhead_s": fit[0], f"{stage}_track_step_overhead_s": fit[1]})
     record = {"audio_seconds": t.audio_seconds, "plan_tokens": t.plan_tokens, "semantic_tokens": t.semantic_tokens,
               "prompt_tokens": t.prompt_tokens, **{f"{k}_s": float(v) for k, v in s.items()}}
     record.update({f"ar_batch{b}_tokens_per_s": float(v) for b, v in measured.ar_tokens_per_s.items()})
+    record.update({f"{st}_batch{b}_tokens_per_s": float(v) for st, pts in measured.stage_tokens_per_s.items()
+                   for b, v in pts.items()})
     return replace(cal, measured=record)
 
 
+def _line_fit(points: dict, kv: float, model: ModelShape, stream: float) -> tuple[float, float] | None:
+    """step(B) − (weights + B·kv) / stream = fixed + B·per_track, by least squares over ≥ 2 batch points."""
+    pts = sorted(points.items())
+    if len(pts) < 2:
+        return None
+    xs = [float(b) for b, _ in pts]
+    ys = [b / tps - (model.ar_step_weight_bytes + b * kv) / stream for b, tps in pts]
+    mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
+    slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
+    return (my - slope * mx, slope) if slope >= 0 and my - slope * mx >= 0 else None
+
+
 def _fit_ar(cal: Calibration, measured: Measured, model: ModelShape, bw: float) -> Calibration:
-    """Step overhead + bandwidth efficiency from batch points (least squares), else overhead from stage seconds."""
+    """AR overheads from measurements, the bandwidth factor kept (it comes from the copy-bandwidth measurement).
+
+    With two or more batch points the per-step and the per-track overhead come from `_line_fit`; with one track
+    alone, the per-step overhead absorbs both.
+    """
     t = measured.track
     kv = t.mean_context("semantic") * model.kv_bytes_per_token * t.cfg_branches
-    points = sorted(measured.ar_tokens_per_s.items())
-    if len(points) >= 2:   # step(B) = oh + (W + B kv) / (bw e): linear in (oh, 1/e)
-        xs = [(model.ar_step_weight_bytes + b * kv) / bw for b, _ in points]
-        ys = [b / tps for b, tps in points]
-        mx, my = sum(xs) / len(xs), sum(ys) / len(ys)
-        slope = sum((x - mx) * (y - my) for x, y in zip(xs, ys)) / sum((x - mx) ** 2 for x in xs)
-        if slope > 0 and my - slope * mx >= 0:
-            return replace(cal, ar_bandwidth_efficiency=1.0 / slope, ar_step_overhead_s=my - slope * mx)
+    stream = bw * cal.ar_bandwidth_efficiency
+    fit = _line_fit(measured.ar_tokens_per_s, kv, model, stream)
+    if fit is not None:
+        return replace(cal, ar_step_overhead_s=fit[0], ar_track_step_overhead_s=fit[1])
     steps = sum(t.generated_tokens(st) for st in AR_STAGES if st in measured.seconds)
     if not steps:
         return cal
@@ -191,6 +214,6 @@ def _fit_ar(cal: Calibration, measured: Measured, model: ModelShape, bw: float) 
     rest = 0.0
     for st in (x for x in AR_STAGES if x in measured.seconds):
         w = track_work(t, st, model)
-        stream = (model.ar_step_weight_bytes + w.kv_bytes_per_step) / (bw * cal.ar_bandwidth_efficiency)
-        rest += measured.seconds[st] - cal.job_overhead_s - w.flop / (spec_bf16 * cal.prefill_efficiency) - w.tokens * stream
-    return replace(cal, ar_step_overhead_s=max(0.0, rest / steps))
+        per_step = (model.ar_step_weight_bytes + w.kv_bytes_per_step) / stream
+        rest += measured.seconds[st] - cal.job_overhead_s - w.flop / (spec_bf16 * cal.prefill_efficiency) - w.tokens * per_step
+    return replace(cal, ar_step_overhead_s=max(0.0, rest / steps - cal.ar_track_step_overhead_s))

@@ -114,7 +114,8 @@ class _Worker:
 
     def step(self) -> float:
         works = [job[1] for job in self.jobs.values()]
-        return step_seconds(self.speed, sum(w.kv_bytes_per_step for w in works), sum(w.flop_per_step for w in works))
+        return step_seconds(self.speed, sum(w.kv_bytes_per_step for w in works), sum(w.flop_per_step for w in works),
+                            len(works))
 
     def time_to_event(self, share: float) -> float:
         """Seconds until its next change at `share` of the card."""

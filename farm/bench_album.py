@@ -51,8 +51,12 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
     monitor.stop()
     ok = [e for e in result.events if e.ok]
     makespan = max(e.end for e in ok) - min(e.start for e in ok)
+    from stages.protocol import SongRequest, plan_prefix
+
+    prompt = plan_prefix(SongRequest(BENCH_STYLE, bench_lyrics(ckpt.cfg.tokens)), ckpt.tokenizer, ckpt.cfg.tokens)
     report = {"environment": environment("cuda" if monitor.available else "cpu"),
               "tracks": tracks, "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens,
+              "prompt_tokens": len(prompt),
               "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
               "failures": result.failures, "album_makespan_s": makespan, "render_wall_s": total,
               "stages": stage_rows(ok), "events": [vars_of(e) for e in result.events],

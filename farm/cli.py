@@ -166,11 +166,13 @@ def calibrate(
     bench_json: Annotated[Path, typer.Argument(help="A `farm bench song --json` report measured on a GPU.")],
     out: Annotated[Path | None, typer.Option(help="Calibration file (default configs/calibration/<gpu>.toml).")]
     = None,
+    album: Annotated[list[Path] | None, typer.Option(help="`farm bench album --json` reports: AR batching points.")]
+    = None,
 ) -> None:
     """Fit the cost model's efficiency factors to a measured bench report and write the calibration file."""
     from .planning import calibrate_command
 
-    typer.echo(guarded(calibrate_command, bench_json, out))
+    typer.echo(guarded(calibrate_command, bench_json, out, tuple(album or ())))
 
 
 @bench_app.command("song")
@@ -194,6 +196,18 @@ def bench_song(
         from .planning import calibrate_report
 
         typer.echo(guarded(calibrate_report, report, calibrate))
+
+
+@bench_app.command("model-check")
+def bench_model_check(
+    album_json: Annotated[Path, typer.Argument(help="A `farm bench album --json` report.")],
+    calibration: Annotated[Path | None, typer.Option(help="Calibration file (default: configs/calibration/).")]
+    = None,
+) -> None:
+    """Compare the calibrated cost model and the simulator with a measured album run."""
+    from .planning import model_check
+
+    typer.echo(guarded(model_check, album_json, calibration))
 
 
 @bench_app.command("album")

@@ -80,8 +80,9 @@ def simulate_command(profile_path: Path | None, album: Path | None, tracks: int 
     return json.dumps(result.to_dict(), indent=2, default=str) if as_json else result.describe()
 
 
-def measured_from_bench(report: dict) -> Measured:
-    """A `farm bench song --json` report → what the cost model is fitted to (one track alone, batch 1)."""
+def measured_from_bench(report: dict, albums: tuple[dict, ...] = ()) -> Measured:
+    """A `farm bench song --json` report → what the cost model is fitted to (one track alone, batch 1), plus the
+    aggregate semantic-stage tokens/s of `farm bench album` reports at their batch size (AR batching points)."""
     env = report["environment"]
     if env.get("model") != "yue2-3b" or "gpu" not in env:
         raise UserError("calibrate from a `farm bench song` report of the yue2-3b shapes on a GPU")
@@ -91,21 +92,74 @@ def measured_from_bench(report: dict) -> Measured:
     seconds = {row["stage"]: row["seconds"] for row in report["rows"]}
     track = TrackShape(env["semantic_tokens"] / 25.0, env["plan_tokens"], env["semantic_tokens"],
                        prompt_tokens=env["prompt_tokens"], title="bench song")
-    ar = {1: env["semantic_tokens"] / seconds["semantic"]}
-    return Measured(gpu.model, track, seconds, ar, source=f"farm bench song, {env['date']}, torch {env['torch']}")
+    per_stage = {s: {1: track.generated_tokens(s) / seconds[s]} for s in ("plan", "semantic")}
+    for album in albums:
+        for row in album["stages"]:
+            if row["stage"] in per_stage:
+                per_stage[row["stage"]][round(row["max_batch"])] = row["per_second"]
+    return Measured(gpu.model, track, seconds, dict(per_stage["semantic"]), per_stage,
+                    source=f"farm bench song, {env['date']}, torch {env['torch']}"
+                           + "".join(f" + bench album of {a['tracks']}" for a in albums))
 
 
-def calibrate_command(bench_json: Path, out: Path | None) -> str:
+def calibrate_command(bench_json: Path, out: Path | None, album_jsons: tuple[Path, ...] = ()) -> str:
+    report, albums = _read_json(bench_json), tuple(_read_json(p) for p in album_jsons)
+    return calibrate_report(report, out, albums)
+
+
+def _read_json(path: Path) -> dict:
     try:
-        report = json.loads(Path(bench_json).read_text())
+        return json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
-        raise UserError(f"{bench_json}: not a readable bench report ({exc})") from None
-    return calibrate_report(report, out)
+        raise UserError(f"{path}: not a readable bench report ({exc})") from None
 
 
-def calibrate_report(report: dict, out: Path | None) -> str:
-    measured = measured_from_bench(report)
+def calibrate_report(report: dict, out: Path | None, albums: tuple[dict, ...] = ()) -> str:
+    measured = measured_from_bench(report, albums)
     target = out or configs_dir() / "calibration" / f"{measured.gpu.lower().replace(' ', '-')}.toml"
     fitted = write_calibration(target, measured, model=ModelShape.yue2_3b())
     return f"wrote {target}: " + ", ".join(f"{k}={getattr(fitted, k):.4g}" for k in (
         "ar_bandwidth_efficiency", "ar_step_overhead_s", "acoustic_efficiency", "decode_efficiency"))
+
+
+def model_check(album_json: Path, calibration: Path | None = None) -> str:
+    """How well the calibrated cost model predicts a measured `farm bench album` run, stage by stage (its
+    sequential one-song timings) and album-wide (the simulator's makespan for the plan the farm used)."""
+    from cluster.gpus import device_from_spec
+    from cluster.plans import Plan, Worker
+    from cluster.simulate import simulate
+    from cluster.tables import table
+
+    report = _read_json(album_json)
+    cal = load_calibration(calibration) if calibration else None
+    options = PlanOptions(**({"calibration": cal} if cal else {"calibrations": calibrations()}))
+    if not calibration and calibrations():
+        options = PlanOptions(calibration=calibrations()[0], calibrations=calibrations())
+    gpu = lookup(report["environment"]["gpu"])
+    track = TrackShape(report["semantic_tokens"] / 25.0, report["plan_tokens"], report["semantic_tokens"],
+                       prompt_tokens=report.get("prompt_tokens", 559))
+    lines = []
+    if "sequential" in report:
+        from cluster.costs import card_speed, job_seconds, track_work
+
+        device = device_from_spec(gpu, "check", 0)
+        rows = []
+        for stage in ("plan", "semantic", "acoustic", "decode"):
+            speed = card_speed(device, stage, options.model, options.calibration_for(device))
+            predicted = job_seconds(speed, track_work(track, stage, options.model))
+            measured = sorted(t[stage] for t in report["sequential"]["per_track"])[len(report["sequential"]["per_track"]) // 2]
+            rows.append([stage, measured, predicted, f"{100 * (predicted - measured) / measured:+.1f} %"])
+        lines += [f"Sequential path, one {track.audio_seconds:.1f} s track alone on {gpu.model} (median of "
+                  f"{len(report['sequential']['per_track'])}): measured vs the cost model", "",
+                  table(["stage", "measured s", "predicted s", "error"], rows), ""]
+    workers = tuple(Worker(**w) for w in report["placement"])
+    cards = sorted({(w.node, w.index) for w in workers})
+    inventory = [device_from_spec(gpu, node, index) for node, index in cards]
+    plan = Plan(report["tracks"], 0.0, options.model.name, "measured run", 0, workers, (), (), None, None, 0.0, None,
+                (), (), (), 0.0, True)
+    sim = simulate(plan, inventory, [track] * report["tracks"], options)
+    measured = report["album_makespan_s"]
+    lines.append(f"Album of {report['tracks']} tracks on {len(cards)} x {gpu.model}, the farm's own placement: "
+                 f"measured makespan {measured:.1f} s, simulated {sim.makespan_s:.1f} s "
+                 f"({100 * (sim.makespan_s - measured) / measured:+.1f} %)")
+    return "\n".join(lines)

@@ -131,15 +131,15 @@ def test_cards_without_bf16_or_figures_are_refused_with_a_reason():
 
 def test_write_calibration_recovers_known_factors(tmp_path):
     truth = dataclasses.replace(Calibration(), acoustic_efficiency=0.6, decode_efficiency=0.4,
-                                ar_step_overhead_s=1.0e-3, ar_bandwidth_efficiency=0.8)
+                                ar_step_overhead_s=1.0e-3, ar_track_step_overhead_s=0.4e-3)
     speed = {s: h200(s, truth) for s in STAGES}
     seconds = {s: job_seconds(speed[s], track_work(REF, s, M)) for s in STAGES}
     kv = REF.mean_context("semantic") * M.kv_bytes_per_token
-    tps = {b: b / step_seconds(speed["semantic"], b * kv, b * M.ar_token_flop(REF.mean_context("semantic")))
+    tps = {b: b / step_seconds(speed["semantic"], b * kv, b * M.ar_token_flop(REF.mean_context("semantic")), b)
            for b in (1, 8, 32)}
     path = tmp_path / "h200.toml"
     fitted = write_calibration(path, Measured("NVIDIA H200", REF, seconds, tps, source="test bench"))
-    for name in ("acoustic_efficiency", "decode_efficiency", "ar_step_overhead_s", "ar_bandwidth_efficiency"):
+    for name in ("acoustic_efficiency", "decode_efficiency", "ar_step_overhead_s", "ar_track_step_overhead_s"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     again = load_calibration(path)
     assert again == fitted and again.gpu == "H200" and again.measured["acoustic_s"] == pytest.approx(seconds["acoustic"])

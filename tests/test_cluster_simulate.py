@@ -6,6 +6,8 @@ import time
 
 import pytest
 
+from cluster.calibration import Calibration
+
 from cluster.dispatch import Assign, WorkerSlot, apply, fail, finish, new_state, next_dispatch, start_at
 from cluster.gpus import device_from_spec, lookup
 from cluster.placement import plan
@@ -72,7 +74,9 @@ def test_dispatch_rejects_impossible_actions():
 
 def profile_run(name: str, tracks: int, sharing: str = "equal", model=None, workload=None):
     profile = load_profile(CLUSTERS / f"{name}.toml")
-    opts = PlanOptions.for_profile(profile, **({"model": model} if model else {}))
+    # The built-in starting factors, not the shipped (re-measured) calibration: these tests check the simulator's
+    # mechanics and must not move when configs/calibration/ is refreshed.
+    opts = PlanOptions.for_profile(profile, calibration=Calibration(), **({"model": model} if model else {}))
     inventory = profile_inventory(profile) + cpu_inventory(profile)
     workload = workload or album_tracks(tracks, seed=11)
     p = plan(inventory, workload, opts)
