@@ -98,12 +98,16 @@ def render(
     threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.")] = 1,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
                                                        "stage: your placement instead of the planner's.")] = None,
+    dashboard: Annotated[bool, typer.Option(help="Serve the live page while the album renders.")] = False,
+    port: Annotated[int, typer.Option(help="Dashboard port (0: any free one).")] = 8365,
+    host: Annotated[str, typer.Option(help="Dashboard address; 127.0.0.1 unless you mean to share it.")]
+    = "127.0.0.1",
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from .driver import RenderOptions, render_album
 
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
-                         threads=threads, pins=tuple(pin or ()))
+                         threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None)
     result = guarded(render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
@@ -112,6 +116,39 @@ def render(
         typer.echo(f"failed: {key}: {error}", err=True)
     if result.failures:
         raise typer.Exit(code=1)
+
+
+@app.command("dashboard")
+def dashboard_command(
+    out: Annotated[str, typer.Argument(help="Album folder (path or URL) of a running or finished render.")],
+    port: Annotated[int, typer.Option(help="Port (0: any free one).")] = 8365,
+    host: Annotated[str, typer.Option(help="Address; 127.0.0.1 unless you mean to share it.")] = "127.0.0.1",
+) -> None:
+    """Serve the live page for an album folder (its metrics and live.json), until Ctrl-C."""
+    import time
+
+    from .dashboard.server import album_stats_fn, serve
+    from .store import Store
+
+    if not Store(out).exists("live.json") and not Store(out).exists("metrics.parquet"):
+        fail(f"{out}: no live.json or metrics.parquet — not a farm album folder")
+    server, url = serve(album_stats_fn(out), host=host, port=port)
+    typer.echo(f"dashboard for {out}: {url}  (Ctrl-C to stop)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+@app.command()
+def report(out: Annotated[str, typer.Argument(help="Album folder (path or URL) holding metrics.parquet.")]) -> None:
+    """Rebuild report.html and the PNG charts of an album folder from its metrics.parquet alone."""
+    from .report import write_report
+    from .store import Store
+
+    names = guarded(write_report, Store(out))
+    typer.echo(f"wrote {', '.join(names)} in {out}")
 
 
 @app.command()

@@ -11,7 +11,7 @@ its track only; the others go on.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from cluster import dispatch
@@ -37,6 +37,7 @@ class RenderOptions:
     exact: bool = False
     threads: int = 1
     pins: tuple[str, ...] = ()           # STAGE=CARD: the user's placement instead of the planner's
+    dashboard: tuple[str, int] | None = None   # (host, port) of the live page; None: no page
     progress: bool | None = None          # None: a live table on a terminal, log lines otherwise
 
 
@@ -72,6 +73,8 @@ def prepare(album_path: Path, opts: RenderOptions):
 
 def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     from . import manifest, placement, raycluster
+    from .live import LiveView
+    from .report import write_report
 
     started = time.time()
     album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
@@ -79,6 +82,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     starts = {j.key: len(done.get(j.key, {})) for j in jobs}
     todo = [j for j in jobs if starts[j.key] < len(j.stages)]
     runtime = raycluster.start(opts.address, opts.cluster)
+    view = None
     try:
         plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
         print(placement.describe(plan), flush=True)
@@ -88,12 +92,20 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
         if todo:
             workers = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
             where = placement.worker_reports(workers)
-        failures = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress).run()
+        pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress)
+        view = LiveView(store, run_id, album.title, placement.card_facts(plan, runtime), pipeline.live_state,
+                        opts.dashboard)
+        pipeline.view = view
+        failures = pipeline.run()
         log.flush()
         metrics_io.compact(store)
         rows = manifest.write_album(store, album, jobs, failures, identity)
+        view.close()
+        write_report(store)
     finally:
         runtime.stop()
+        if view is not None:
+            view.stop_server()
     return RenderResult(store.url, run_id, plan, log.events, rows, failures, time.time() - started, where)
 
 
@@ -112,6 +124,10 @@ class Pipeline:
         self.inflight: dict[object, tuple[int, str, str]] = {}      # event ref → (track, stage, worker id)
         self.failures: dict[str, str] = {}
         self.board = Board(jobs, starts, progress)
+        now = time.time()
+        self.ready_at = {(j.number, j.stages[starts[j.key]]): now for j in todo}
+        self.status = {j.key: "queued" if j in todo else "done" for j in jobs}
+        self.all_jobs, self.view = jobs, None
 
     def run(self) -> dict[str, str]:
         import ray
@@ -119,12 +135,26 @@ class Pipeline:
         try:
             self._dispatch()
             while self.inflight:
-                ready, _ = ray.wait(list(self.inflight), num_returns=1)
-                self._collect(ready[0])
-                self._dispatch()
+                ready, _ = ray.wait(list(self.inflight), num_returns=1, timeout=1.0)
+                if ready:
+                    self._collect(ready[0])
+                    self._dispatch()
+                if self.view is not None:
+                    self.view.tick()
         finally:
             self.board.close()
         return self.failures
+
+    def live_state(self) -> dict:
+        """Queues, running calls and each track's status, for the live view."""
+        running: dict[str, int] = {}
+        for _, stage, _ in self.inflight.values():
+            running[stage] = running.get(stage, 0) + 1
+        todo = {j.key: j for j in self.todo}
+        return {"queues": {s: len(q) for s, q in self.state.ready.items()}, "running": running,
+                "tracks": [{"key": j.key, "title": j.title, "status": self.status[j.key],
+                            "needs": list(j.stages[self.starts[j.key]:]) if j.key in todo else []}
+                           for j in self.all_jobs]}
 
     def _dispatch(self) -> None:
         actions = dispatch.next_dispatch(self.state)
@@ -151,6 +181,7 @@ class Pipeline:
             event = actor.decode.remote(job, made("acoustic"))
             refs.clear()             # the track's payloads are no longer needed: let Ray free them
         self.inflight[event] = (job.number, stage, worker_id)
+        self.status[job.key] = "running"
         self.board.running(job.key, stage)
 
     def _collect(self, ref) -> None:
@@ -167,10 +198,19 @@ class Pipeline:
                                ok=False, error=message)
             dispatch.fail(self.state, worker_id, track)
         else:
-            dispatch.finish(self.state, worker_id, track)
+            event = replace(event, queue_wait=max(0.0, event.start - self.ready_at.get((track, stage), event.start)))
+            nxt = dispatch.finish(self.state, worker_id, track)
+            if nxt is not None:
+                self.ready_at[(track, nxt)] = event.end
+        if job.key in self.failures:
+            self.status[job.key] = "failed"
+        elif stage == job.stages[-1]:
+            self.status[job.key] = "done"
         self.log.add(event)
         self.log.flush()
         self.board.finished(event)
+        if self.view is not None:
+            self.view.event(event)
 
 
 def _first_line(exc: Exception) -> str:

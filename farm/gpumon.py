@@ -56,6 +56,15 @@ class GpuMonitor:
                 self.samples.append(sample(handle, uuid))
             self._stop.wait(self.interval)
 
+    def latest(self) -> list[CardSample]:
+        """The most recent sample of each card."""
+        seen: dict[str, CardSample] = {}
+        for sample in reversed(self.samples):
+            seen.setdefault(sample.uuid, sample)
+            if len(seen) == len(self.uuids):
+                break
+        return list(seen.values())
+
     def peak_by_process(self) -> dict[str, dict[int, int]]:
         """uuid → {pid: the most device memory that process held on that card}."""
         out: dict[str, dict[int, int]] = {}

@@ -75,6 +75,7 @@ class StageEvent:
     peak_bytes: int               # peak device memory of the worker during the call (0 on CPU)
     ok: bool = True
     error: str = ""
+    queue_wait: float = 0.0       # seconds from ready (its previous stage done) to start: slot waits + worker queue
 
 
 def track_settings(track: TrackSpec, cfg) -> SongSettings:

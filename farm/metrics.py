@@ -17,9 +17,13 @@ Schema (one row per stage call):
 | units | int64 | tokens (plan, semantic) or latent frames (acoustic, decode) |
 | batch | float64 | mean requests sharing the worker's batch during the call |
 | batch_shape | string | the worker's batch geometry (AR rows and key buckets, acoustic chunks, decode tiles) |
-| peak_bytes | int64 | the worker's peak device memory during the call (0 on CPU) |
+| peak_bytes | int64 | the worker process's peak device memory so far (0 on CPU) |
 | ok | bool | false when the call failed |
 | error | string | why it failed |
+| queue_wait | float64 | seconds between the track becoming ready for the stage and the call starting |
+
+Reading: `pq.read_table(dir)` is wrong for the album folder (it holds other files); use `read_metrics(store)`
+or `pq.read_table("<album>/metrics.parquet")`. Older part files without `queue_wait` read as 0.
 """
 from __future__ import annotations
 
@@ -38,7 +42,7 @@ SCHEMA = pa.schema([
     ("worker", pa.string()), ("host", pa.string()), ("pid", pa.int64()), ("gpu", pa.string()),
     ("gpu_uuid", pa.string()), ("start", pa.timestamp("ms", tz="UTC")), ("end", pa.timestamp("ms", tz="UTC")),
     ("seconds", pa.float64()), ("units", pa.int64()), ("batch", pa.float64()), ("batch_shape", pa.string()),
-    ("peak_bytes", pa.int64()), ("ok", pa.bool_()), ("error", pa.string()),
+    ("peak_bytes", pa.int64()), ("ok", pa.bool_()), ("error", pa.string()), ("queue_wait", pa.float64()),
 ])
 METRICS = "metrics.parquet"
 
@@ -92,8 +96,21 @@ def read_parts(store: Store) -> pa.Table:
     for run in store.listdir("metrics"):
         for part in store.listdir(f"metrics/{run}"):
             if part.endswith(".parquet"):
-                tables.append(pq.read_table(io.BytesIO(store.read_bytes(f"metrics/{run}/{part}")), schema=SCHEMA))
+                tables.append(_conform(pq.read_table(io.BytesIO(store.read_bytes(f"metrics/{run}/{part}")))))
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """A part written by an older schema: missing columns filled with their neutral value."""
+    for field in SCHEMA:
+        if field.name not in table.column_names:
+            table = table.append_column(field, pa.array([0.0] * table.num_rows, field.type))
+    return table.select(SCHEMA.names).cast(SCHEMA)
+
+
+def event_rows(run_id: str, events: list[StageEvent]) -> list[dict]:
+    """Events as plain rows (the Parquet schema's columns, times as epoch seconds) for the aggregates."""
+    return [{**dataclasses.asdict(e), "run_id": run_id, "seconds": e.end - e.start} for e in events]
 
 
 def compact(store: Store) -> pa.Table:

@@ -121,6 +121,19 @@ def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: lis
     return slots
 
 
+def card_facts(plan, runtime: Runtime) -> list[dict]:
+    """The plan's cards as the live view shows them."""
+    devices = {d.key: d for d in runtime.inventory}
+    cards: dict[str, dict] = {}
+    for w in plan.workers:
+        d = devices[w.card]
+        c = cards.setdefault(w.card, {"card": w.card, "model": d.name, "uuid": d.uuid, "virtual": d.virtual or
+                                      d.is_cpu, "memory_total": d.vram_bytes, "stages": []})
+        if w.stage not in c["stages"]:
+            c["stages"].append(w.stage)
+    return list(cards.values())
+
+
 def worker_reports(slots: dict[str, object]) -> dict[str, dict]:
     import ray
 

@@ -31,6 +31,14 @@ def tiny_ckpt_dir(tmp_path_factory, tiny_cfg):
 PROFILES = ROOT / "tests" / "data" / "clusters"
 
 
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
 @pytest.fixture(scope="session")
 def ray_cluster():
     """One local multi-node Ray cluster for the whole session: a node per (test-profile node, GPU model)."""
@@ -41,13 +49,15 @@ def ray_cluster():
     from farm.raycluster import OBJECT_STORE_BYTES, profile_devices, profile_nodes
 
     cluster = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES})
+        "num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES,
+        "metrics_export_port": free_port()})
     for name in ("ci", "lab", "mixed"):
         profile = load_profile(PROFILES / f"{name}.toml")
         for args in profile_nodes(profile, profile_devices(profile)):
             cluster.add_node(**args)
     cluster.wait_for_nodes()
     ray.init(address=cluster.address, log_to_driver=False)
+    cluster.metrics_port = cluster.head_node.metrics_export_port   # Prometheus text of the head node
     yield cluster
     ray.shutdown()
     cluster.shutdown()

@@ -1,0 +1,72 @@
+"""Serve the dashboard: `serve(stats_fn)` in a daemon thread, or `serve_album(out)` for an album folder."""
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Callable
+
+STATIC = {"/": ("index.html", "text/html; charset=utf-8"), "/app.js": ("app.js", "text/javascript; charset=utf-8"),
+          "/style.css": ("style.css", "text/css; charset=utf-8")}
+
+
+def serve(stats_fn: Callable[[], dict], host: str = "127.0.0.1", port: int = 0):
+    """Start the server in a daemon thread; → (server, url). Binds 127.0.0.1 unless told otherwise."""
+    handler = type("Handler", (_Handler,), {"stats_fn": staticmethod(stats_fn)})
+    server = ThreadingHTTPServer((host, port), handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="dashboard").start()
+    return server, f"http://{host}:{server.server_address[1]}/"
+
+
+class _Handler(BaseHTTPRequestHandler):
+    stats_fn: Callable[[], dict]
+
+    def do_GET(self):  # noqa: N802 (the stdlib's name)
+        path = self.path.split("?")[0]
+        if path in STATIC:
+            name, kind = STATIC[path]
+            return self._send(200, kind, resources.files(__package__).joinpath("static", name).read_bytes())
+        if path == "/api/stats":
+            return self._send(200, "application/json", json.dumps(self.stats_fn(), default=str).encode())
+        if path == "/metrics":
+            from .prometheus_text import render
+
+            return self._send(200, "text/plain; version=0.0.4", render(self.stats_fn()).encode())
+        self._send(404, "text/plain", b"not found\n")
+
+    def _send(self, code: int, kind: str, body: bytes) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", kind)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Cache-Control", "no-store")
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args) -> None:   # quiet: the render's own output matters more
+        pass
+
+
+def album_stats_fn(out: str) -> Callable[[], dict]:
+    """Figures of an album folder (a render running elsewhere, or finished): its metric parts and live.json."""
+    from .. import aggregate
+    from ..live import read_live
+    from ..metrics import read_parts
+    from ..store import Store
+
+    store = Store(out)
+
+    def stats() -> dict:
+        live = read_live(store)
+        rows = read_parts(store).to_pylist()
+        running = live.get("state") == "running"
+        return aggregate.album_stats(rows, now=_now() if running else None, live=live,
+                                     gpu_samples=live.get("gpu_samples", []), title=live.get("album", ""))
+    return stats
+
+
+def _now() -> float:
+    import time
+
+    return time.time()

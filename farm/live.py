@@ -1,0 +1,119 @@
+"""What a render shows while it runs: live.json in the album folder, NVML samples, Prometheus metrics, the page.
+
+`LiveView` is fed by the driver (each finished stage call, and a tick about once a second). It keeps the figures in
+one place — `stats()`, built by aggregate.album_stats — for the dashboard server, the `/api/stats` endpoint, the
+Prometheus export through `ray.util.metrics`, and `live.json` (which `farm dashboard OUT_DIR` reads from another
+process).
+"""
+from __future__ import annotations
+
+import json
+import time
+
+from . import aggregate
+from .gpumon import GpuMonitor
+from .jobs import StageEvent
+from .metrics import event_rows
+from .store import Store
+
+LIVE = "live.json"
+
+
+class LiveView:
+    def __init__(self, store: Store, run_id: str, title: str, cards: list[dict], state_fn,
+                 dashboard: tuple[str, int] | None = None):
+        self.store, self.run_id, self.title, self.cards, self.state_fn = store, run_id, title, cards, state_fn
+        self.events: list[StageEvent] = []
+        self.started, self.finished = time.time(), False
+        real = [c["uuid"] for c in cards if not c["virtual"]]
+        self.monitor = GpuMonitor(real, interval=1.0).start()
+        self.prometheus = RayMetrics.create()
+        self.server, self.url, self._last = None, None, 0.0
+        if dashboard is not None:
+            from .dashboard.server import serve
+
+            self.server, self.url = serve(self.stats, host=dashboard[0], port=dashboard[1])
+            print(f"dashboard: {self.url}", flush=True)
+
+    def live(self) -> dict:
+        state = self.state_fn()
+        return {"album": self.title, "run_id": self.run_id, "started": self.started,
+                "state": "finished" if self.finished else "running", "cards": self.cards,
+                "gpu_samples": [vars(s) for s in self.monitor.latest()], **state}
+
+    def stats(self) -> dict:
+        live = self.live()
+        return aggregate.album_stats(event_rows(self.run_id, self.events), now=None if self.finished else time.time(),
+                                     live=live, gpu_samples=live["gpu_samples"], title=self.title)
+
+    def event(self, event: StageEvent) -> None:
+        self.events.append(event)
+        if self.prometheus:
+            self.prometheus.event(event)
+        self.tick(force=True)
+
+    def tick(self, force: bool = False) -> None:
+        """Write live.json (and the Prometheus gauges) at most once a second."""
+        if not force and time.time() - self._last < 1.0:
+            return
+        self._last = time.time()
+        live = self.live()
+        self.store.write_bytes(LIVE, (json.dumps(live, default=str) + "\n").encode())
+        if self.prometheus:
+            self.prometheus.gauges(self.stats())
+
+    def close(self) -> None:
+        self.finished = True
+        self.tick(force=True)
+        self.monitor.stop()
+
+    def stop_server(self) -> None:
+        if self.server is not None:
+            self.server.shutdown()
+
+
+class RayMetrics:
+    """The farm's figures as Prometheus metrics through Ray (`ray_farm_*` on each node's metrics port)."""
+
+    @classmethod
+    def create(cls) -> "RayMetrics | None":
+        try:
+            import ray
+
+            return cls() if ray.is_initialized() else None
+        except Exception:          # a Ray without the metrics agent: the dashboard's own /metrics still works
+            return None
+
+    def __init__(self):
+        from ray.util.metrics import Counter, Gauge, Histogram
+
+        tags = ("stage", "card")
+        self.units = Counter("farm_stage_units_total", "tokens or latent frames produced", tag_keys=tags)
+        self.calls = Counter("farm_stage_calls_total", "finished stage calls", tag_keys=tags + ("ok",))
+        self.seconds = Histogram("farm_stage_call_seconds", "one stage call, wall clock",
+                                 boundaries=[0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300], tag_keys=tags)
+        self.queue = Gauge("farm_stage_queue_depth", "tracks ready for the stage, not started", tag_keys=("stage",))
+        self.busy = Gauge("farm_card_busy_fraction", "share of the album's time the card worked", tag_keys=("card",))
+        self.eta = Gauge("farm_album_eta_seconds", "estimated time left", tag_keys=())
+
+    def event(self, e: StageEvent) -> None:
+        tags = {"stage": e.stage, "card": e.gpu_uuid or "unknown"}
+        self.calls.inc(1, tags={**tags, "ok": str(e.ok).lower()})
+        if e.ok:
+            self.units.inc(e.units, tags=tags)
+            self.seconds.observe(e.end - e.start, tags=tags)
+
+    def gauges(self, stats: dict) -> None:
+        for s in stats["stages"]:
+            self.queue.set(s["queue_now"], tags={"stage": s["stage"]})
+        for c in stats["cards"]:
+            self.busy.set(c["busy_fraction"], tags={"card": c["uuid"]})
+        if stats["eta_s"] is not None:
+            self.eta.set(stats["eta_s"])
+
+
+def read_live(store: Store) -> dict:
+    try:
+        return json.loads(store.read_bytes(LIVE))
+    except (FileNotFoundError, ValueError):
+        return {}
