@@ -26,12 +26,22 @@ def write_report(store: Store) -> list[str]:
     rows = read_metrics(store).to_pylist()
     runs = sorted({r["run_id"] for r in rows})
     latest = [r for r in rows if r["run_id"] == runs[-1]] if runs else []
-    stats = aggregate.album_stats(latest, title=store.url.rstrip("/").rsplit("/", 1)[-1])
+    stats = aggregate.album_stats(latest, title=album_title(store))
     pngs = {"gantt.png": gantt_png(stats), "throughput.png": throughput_png(stats), "cards.png": cards_png(stats)}
     for name, data in pngs.items():
         store.write_bytes(name, data)
     store.write_bytes("report.html", report_html(stats, pngs, runs, rows).encode("utf-8"))
     return [*pngs, "report.html"]
+
+
+def album_title(store: Store) -> str:
+    """The album's title from manifest.json when it is there; else the folder's name."""
+    import json
+
+    try:
+        return json.loads(store.read_bytes("manifest.json"))["album"]
+    except (FileNotFoundError, KeyError, ValueError):
+        return store.url.rstrip("/").rsplit("/", 1)[-1]
 
 
 def _figure(height: float):
