@@ -66,6 +66,10 @@ class LiveView:
         self.finished = True
         self.tick(force=True)
         self.monitor.stop()
+        if self.monitor.samples:
+            from .metrics import write_gpu_samples
+
+            write_gpu_samples(self.store, self.run_id, self.monitor.samples)
 
     def stop_server(self) -> None:
         if self.server is not None:

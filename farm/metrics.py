@@ -2,7 +2,8 @@
 
 A Parquet file is unreadable until its footer is written, so a render never appends to one: each flush is a small
 part file of its own (a killed driver loses at most the events since its last flush), and the album's
-`metrics.parquet` is compacted from every run's parts at the end of each render.
+`metrics.parquet` is compacted from every run's parts at the end of each render. NVML samples of real cards go to
+`gpu_samples.parquet` beside it (another row shape: time, card, utilisation, memory, memory per process).
 
 Schema (one row per stage call):
 | column | type | meaning |
@@ -118,6 +119,25 @@ def compact(store: Store) -> pa.Table:
     table = read_parts(store)
     store.write_bytes(METRICS, parquet_bytes(table))
     return table
+
+
+GPU_SAMPLES = "gpu_samples.parquet"
+GPU_SCHEMA = pa.schema([("run_id", pa.string()), ("time", pa.timestamp("ms", tz="UTC")), ("gpu_uuid", pa.string()),
+                        ("util_percent", pa.float64()), ("memory_used", pa.int64()), ("pid", pa.int64()),
+                        ("pid_memory", pa.int64())])
+
+
+def write_gpu_samples(store: Store, run_id: str, samples) -> None:
+    """NVML samples of a render (one row per card per sample, one per process on it) → `gpu/run=<id>.parquet`,
+    then `gpu_samples.parquet` compacted from every run. Kept beside metrics.parquet: another row shape."""
+    rows = [(s, pid, used) for s in samples for pid, used in (s.processes.items() or [(None, None)])]
+    table = pa.table({"run_id": [run_id] * len(rows), "time": [int(s.t * 1000) for s, _, _ in rows],
+                      "gpu_uuid": [s.uuid for s, _, _ in rows], "util_percent": [s.util_percent for s, _, _ in rows],
+                      "memory_used": [s.memory_used for s, _, _ in rows], "pid": [p for _, p, _ in rows],
+                      "pid_memory": [u for _, _, u in rows]}, schema=GPU_SCHEMA)
+    store.write_bytes(f"gpu/run={run_id}.parquet", parquet_bytes(table))
+    parts = [pq.read_table(io.BytesIO(store.read_bytes(f"gpu/{name}"))) for name in store.listdir("gpu")]
+    store.write_bytes(GPU_SAMPLES, parquet_bytes(pa.concat_tables(parts)))
 
 
 def read_metrics(store: Store) -> pa.Table:

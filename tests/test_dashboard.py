@@ -177,3 +177,22 @@ def test_prometheus_export_through_ray_and_the_farm_endpoint(rendered, ray_clust
         server.shutdown()
     assert 'farm_stage_units_total{stage="semantic",unit="tokens"} 160.0' in text
     assert "farm_album_tracks_done 4.0" in text
+
+
+def test_nvml_samples_are_kept_beside_the_metrics(tmp_path):
+    """The sampler's records (as GpuMonitor makes them on a GPU host) → gpu_samples.parquet, one row per process."""
+    from farm.gpumon import CardSample
+    from farm.metrics import GPU_SAMPLES, GPU_SCHEMA, write_gpu_samples
+    from farm.store import Store
+
+    store = Store(str(tmp_path))
+    first = [CardSample(100.0, "GPU-a", 55.0, 3 << 30, {4242: 2 << 30, 4343: 1 << 30}), CardSample(101.0, "GPU-a", 0.0,
+                                                                                                   1 << 30, {})]
+    write_gpu_samples(store, "run-1", first)
+    write_gpu_samples(store, "run-2", [CardSample(200.0, "GPU-b", None, None, {})])
+    table = pq.read_table(tmp_path / GPU_SAMPLES)
+    assert table.schema.equals(GPU_SCHEMA) and table.num_rows == 4
+    rows = table.to_pylist()
+    assert {(r["pid"], r["pid_memory"]) for r in rows if r["run_id"] == "run-1"} == {
+        (4242, 2 << 30), (4343, 1 << 30), (None, None)}
+    assert rows[-1]["gpu_uuid"] == "GPU-b" and rows[-1]["util_percent"] is None
