@@ -2,7 +2,7 @@
 reproducible.
 
 The driver only decides and moves references: it validates the album, finds each track's first missing stage,
-asks the planner where each stage runs, starts one worker per (card, engine), and then loops —
+asks the planner where each stage runs, starts one worker actor per card, and then loops —
 `cluster.dispatch.next_dispatch` says which idle worker slot takes which ready track, the call is submitted with
 the previous stage's ObjectRef (or `FromStore` when an earlier run made it), and each finished call's small
 `StageEvent` (never tokens, latents or audio) goes to metrics.parquet and the progress board. A failed stage fails

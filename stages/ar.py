@@ -169,7 +169,7 @@ class AREngine:
             live.next_logits = out[live.rows]                          # gathered before the next replay
         if ready is not None:
             ready.synchronize()
-        finished = []
+        finished, going_on = [], []
         for live, token in zip(self.live, self.drawn_host[:n].tolist()):
             live.batch_sum += n
             if token == live.end:
@@ -178,8 +178,9 @@ class AREngine:
             live.history.append(token)
             if len(live.history) >= live.request.sampling.max_tokens:
                 finished.append(self._retire(live, truncated=True))
-        done = {r.key for r in finished}
-        self.live = [live for live in self.live if live.request.key not in done]
+            else:
+                going_on.append(live)
+        self.live = going_on
         return finished
 
     def _draw(self, live: _Live) -> torch.Tensor:
