@@ -132,10 +132,12 @@ def test_live_page_in_headless_chromium_while_an_album_renders(ray_cluster, tiny
                 time.sleep(0.3)
 
         def read() -> tuple:
-            stages = [e.text for e in browser.find_elements("css selector", "#stages td.stage-name")]
-            rows = browser.find_elements("css selector", "#gantt .track-row")
-            numbers = browser.find_element("id", "stages").text + browser.find_element("id", "elapsed").text
-            return stages, len(rows), numbers, browser.find_element("id", "state").text
+            # one script call reads the page atomically (it redraws every second; element handles go stale)
+            return tuple(browser.execute_script("""
+                const q = (sel) => Array.from(document.querySelectorAll(sel));
+                return [q('#stages td.stage-name').map((e) => e.textContent), q('#gantt .track-row').length,
+                        document.getElementById('stages').innerText + document.getElementById('elapsed').innerText,
+                        document.getElementById('state').innerText];"""))
 
         first = None
         while time.time() < deadline and "r" not in done:
