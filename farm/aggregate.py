@@ -97,7 +97,7 @@ def album_stats(rows: list[dict], *, now: float | None = None, live: dict | None
 def stage_row(stage: str, mine: list[dict], t1: float, span: float, live: dict) -> dict:
     units = sum(r["units"] for r in mine)
     busy = union_seconds([(r["start"], r["end"]) for r in mine])
-    frames = units if stage in ("acoustic", "decode") else (units if stage == "semantic" else 0)
+    audio = stage != "plan"          # semantic codes, latents and decoded frames all count 25 per second
     window = rate_between(mine, t1 - WINDOW_S, t1)
     first = min((r["start"] for r in mine), default=None)
     active = (t1 - first) if first is not None else 0.0
@@ -105,8 +105,8 @@ def stage_row(stage: str, mine: list[dict], t1: float, span: float, live: dict) 
         "stage": stage, "unit": UNITS[stage], "calls": len(mine), "units": units,
         "busy_s": busy, "busy_fraction": busy / span,
         "rate_now": window, "rate_mean": units / active if active > 0 else 0.0,
-        "audio_seconds_per_s": (window / FRAMES_PER_SECOND) if frames else None,
-        "realtime_factor": (units / FRAMES_PER_SECOND) / busy if frames and busy else None,
+        "audio_seconds_per_s": window / FRAMES_PER_SECOND if audio else None,
+        "realtime_factor": (units / FRAMES_PER_SECOND) / busy if audio and busy else None,
         "mean_call_s": sum(r["end"] - r["start"] for r in mine) / len(mine) if mine else None,
         "mean_queue_wait_s": sum(r.get("queue_wait", 0.0) for r in mine) / len(mine) if mine else None,
         "queue_now": live.get("queues", {}).get(stage, 0), "running_now": live.get("running", {}).get(stage, 0),

@@ -96,7 +96,7 @@ def sequential_times(paths, spec: Path) -> dict:
     """The same tracks, one after another, through the in-process sequential path on one device."""
     import torch
 
-    from stages.song import SongEngines, open_checkpoint, render_song
+    from stages.song import SongEngines, default_settings, open_checkpoint, render_song
 
     from .album import load_album
     from .devices import pick_device
@@ -107,7 +107,7 @@ def sequential_times(paths, spec: Path) -> dict:
     engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
     album = load_album(spec)
     warm = album.tracks[0]
-    render_song(engines, track_request(warm), _short(track_settings(warm, ckpt.cfg)))
+    render_song(engines, track_request(warm), default_settings(ckpt.cfg, plan_tokens=32, semantic_tokens=64))
     per_track, start = [], time.perf_counter()
     for track in album.tracks:
         song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg), key=track.folder)
@@ -115,15 +115,6 @@ def sequential_times(paths, spec: Path) -> dict:
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return {"device": device, "wall_s": time.perf_counter() - start, "per_track": per_track}
-
-
-def _short(settings):
-    from dataclasses import replace
-
-    plan = replace(settings.plan, min_tokens=min(32, settings.plan.max_tokens), max_tokens=min(32, settings.plan.max_tokens))
-    semantic = replace(settings.semantic, min_tokens=min(64, settings.semantic.max_tokens),
-                       max_tokens=min(64, settings.semantic.max_tokens))
-    return replace(settings, plan=plan, semantic=semantic)
 
 
 def print_report(r: dict) -> None:

@@ -131,10 +131,7 @@ def model_check(album_json: Path, calibration: Path | None = None) -> str:
     from cluster.tables import table
 
     report = _read_json(album_json)
-    cal = load_calibration(calibration) if calibration else None
-    options = PlanOptions(**({"calibration": cal} if cal else {"calibrations": calibrations()}))
-    if not calibration and calibrations():
-        options = PlanOptions(calibration=calibrations()[0], calibrations=calibrations())
+    options = PlanOptions(calibration=load_calibration(calibration)) if calibration else options_for(None)
     gpu = lookup(report["environment"]["gpu"])
     track = TrackShape(report["semantic_tokens"] / 25.0, report["plan_tokens"], report["semantic_tokens"],
                        prompt_tokens=report.get("prompt_tokens", 559))

@@ -6,9 +6,7 @@ import os
 import signal
 import subprocess
 import sys
-import textwrap
 import time
-from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
