@@ -53,7 +53,7 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
     request = SongRequest(style=BENCH_STYLE, lyrics=bench_lyrics(ckpt.cfg.tokens), cot="full")
     settings = default_settings(ckpt.cfg, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens)
     start = time.perf_counter()
-    engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
+    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"))
     load_seconds = time.perf_counter() - start
     warm = default_settings(ckpt.cfg, plan_tokens=min(plan_tokens, 32), semantic_tokens=min(semantic_tokens, 64))
     render_song(engines, request, warm)                      # kernels, allocator and graphs warm

@@ -104,7 +104,7 @@ def sequential_times(paths, spec: Path) -> dict:
 
     device = pick_device("auto")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
-    engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
+    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"))
     album = load_album(spec)
     warm = album.tracks[0]
     render_song(engines, track_request(warm), default_settings(ckpt.cfg, plan_tokens=32, semantic_tokens=64))

@@ -66,12 +66,15 @@ def song(
     max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).")] = None,
     device: DeviceOpt = "auto",
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
+    exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with the seed's "
+                                             "generator); slower, another song than the default.")] = False,
 ) -> None:
     """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
     from .single import SongJob, render_song_folder
 
     job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
-                  abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force)
+                  abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force,
+                  sampler="exact" if exact else "fast")
     record = guarded(render_song_folder, job)
     t = record["timings"]
     line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
@@ -93,7 +96,8 @@ def render(
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); without "
                                                       "--address, a local cluster of its virtual cards.")] = None,
     force: Annotated[bool, typer.Option(help="Redo every stage, even finished ones.")] = False,
-    exact: Annotated[bool, typer.Option(help="One track at a time per worker: the sequential path's numerics.")]
+    exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with a per-track "
+                                             "generator), one track at a time per AR worker; slower, other songs.")]
     = False,
     threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.")] = 1,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
@@ -223,16 +227,45 @@ def bench_song(
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the rows as JSON here.")] = None,
     calibrate: Annotated[Path | None, typer.Option(help="Also fit and write a calibration file from this run.")]
     = None,
+    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
+    = None,
 ) -> None:
     """One reference-length track through all four stages in one process: per-stage time, rate and peak memory."""
     from .bench import run_song_bench
 
     report = guarded(run_song_bench, model=model, vae=vae, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, device=device, repeats=repeats, json_out=json_out)
+    if summary:
+        from .measured import song_figures, update_summary
+
+        update_summary(summary, song_figures(report), report["environment"])
     if calibrate:
         from .planning import calibrate_report
 
         typer.echo(guarded(calibrate_report, report, calibrate))
+
+
+@bench_app.command("ar")
+def bench_ar(
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    device: DeviceOpt = "auto",
+    rows: Annotated[list[int] | None, typer.Option("--rows", help="Live rows to measure (repeatable).")] = None,
+    blocks: Annotated[int, typer.Option(help="Timed blocks of steps per point (after one warm block).")] = 4,
+    numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    summary: Annotated[Path | None, typer.Option(help="Update these headline keys (docs/measured/summary.json).")]
+    = None,
+) -> None:
+    """The AR step against its memory-bandwidth floor at 1…32 rows, batch invariance, kernel and numerics checks."""
+    from .bench_ar import ROWS, run_ar_bench
+
+    report = guarded(run_ar_bench, model=model, vae=vae, device=device, rows=tuple(rows or ROWS), blocks=blocks,
+                     numerics_tokens=numerics_tokens, json_out=json_out)
+    if summary:
+        from .measured import ar_figures, update_summary
+
+        update_summary(summary, ar_figures(report), report["environment"])
 
 
 @bench_app.command("model-check")
@@ -259,13 +292,19 @@ def bench_album(
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
+    = None,
 ) -> None:
     """An album of forced-length tracks through the farm, and through the sequential path in the same run."""
     from .bench_album import run_album_bench
 
-    guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
-            semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential, json_out=json_out,
-            address=address, cluster=cluster)
+    report = guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
+                     semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential,
+                     json_out=json_out, address=address, cluster=cluster)
+    if summary:
+        from .measured import album_figures, update_summary
+
+        update_summary(summary, album_figures(report), report["environment"])
 
 
 if __name__ == "__main__":

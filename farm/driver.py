@@ -63,7 +63,7 @@ def prepare(album_path: Path, opts: RenderOptions):
     paths = resolve_model(opts.model or album.model or "tiny", opts.vae)
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     identity = checkpoint_identity(paths)
-    jobs = album_jobs(album, ckpt, identity)
+    jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
     out = opts.out or f"out/{album.slug}"
     if out.startswith("memory://"):
         raise UserError("--out memory://… cannot work: fsspec's memory filesystem lives inside one process, and "

@@ -60,8 +60,8 @@ def stage_keys(identity: dict, request, settings) -> dict[str, str]:
     """plan → semantic → acoustic → decode, each key covering its inputs, its settings and the key before it."""
     req = dataclasses.asdict(request)
     s = dataclasses.asdict(settings)
-    plan = _digest({"model": identity["model"], "request": req, "plan": s["plan"]})
-    semantic = _digest({"plan": plan, "semantic": s["semantic"], "cfg": request.cfg_scale})
+    plan = _digest({"model": identity["model"], "request": req, "plan": s["plan"], "sampler": s["sampler"]})
+    semantic = _digest({"plan": plan, "semantic": s["semantic"], "cfg": request.cfg_scale, "sampler": s["sampler"]})
     acoustic = _digest({"semantic": semantic, "ode_steps": s["ode_steps"], "cond_end": s["cond_end"]})
     decode = _digest({"acoustic": acoustic, "vae": identity["vae"], "core": s["vae_core_frames"],
                       "halo": s["vae_halo_frames"]})

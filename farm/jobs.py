@@ -78,9 +78,9 @@ class StageEvent:
     queue_wait: float = 0.0       # seconds from ready (its previous stage done) to start: slot waits + worker queue
 
 
-def track_settings(track: TrackSpec, cfg) -> SongSettings:
+def track_settings(track: TrackSpec, cfg, sampler: str = "fast") -> SongSettings:
     """The checkpoint's defaults, then the album's and the track's overrides (validated)."""
-    base = default_settings(cfg, max_semantic_tokens=track.max_semantic_tokens)
+    base = default_settings(cfg, max_semantic_tokens=track.max_semantic_tokens, sampler=sampler)
     plan = _override(base.plan, track.sampling.get("plan", {}))
     semantic = _override(base.semantic, track.sampling.get("semantic", {}))
     plan.validate(f"track {track.number} sampling.plan")
@@ -98,7 +98,7 @@ def track_request(track: TrackSpec) -> SongRequest:
                        guidance=track.guidance, abc=track.abc, abc_ids=track.abc_ids)
 
 
-def album_jobs(album: AlbumSpec, ckpt, identity: dict) -> list[TrackJob]:
+def album_jobs(album: AlbumSpec, ckpt, identity: dict, sampler: str = "fast") -> list[TrackJob]:
     """Every track as a job, each validated against the checkpoint (context and all); problems collected."""
     from stages.song import validate
 
@@ -109,7 +109,7 @@ def album_jobs(album: AlbumSpec, ckpt, identity: dict) -> list[TrackJob]:
     jobs, problems = [], []
     for track in album.tracks:
         try:
-            request, settings = track_request(track), track_settings(track, ckpt.cfg)
+            request, settings = track_request(track), track_settings(track, ckpt.cfg, sampler)
             validate(ckpt, request, settings)
         except user_error_types() as exc:
             problems.append(f"{album.path}: {track.label}: {exc}")

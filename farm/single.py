@@ -27,6 +27,7 @@ class SongJob:
     vae: str | None = None
     device: str = "auto"
     force: bool = False
+    sampler: str = "fast"
 
 
 def read_lyrics(path: Path) -> str:
@@ -77,11 +78,11 @@ def render_song_folder(job: SongJob) -> dict:
     paths = resolve_model(job.model, job.vae)
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     request = SongRequest(style=job.style, lyrics=lyrics, cot=job.cot, seed=job.seed, **abc)
-    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens)
+    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler)
     validate(ckpt, request, settings)
     device = pick_device(job.device)
 
-    engines = SongEngines(ckpt, device=device, cuda_graphs=device.startswith("cuda"))
+    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), sampler=job.sampler)
     song = render_song(engines, request, settings)
     identity = checkpoint_identity(paths)
     record = artifacts.settings_record(

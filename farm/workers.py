@@ -2,7 +2,8 @@
 
 One process per card means one CUDA context and one copy of shared weights: when the AR stages and the acoustic
 stage share a card, the AR branch they both need is loaded once (the planner's memory model assumes this).
-- plan + semantic run on one `AREngine` whose thread does continuous batching across every song handed to it;
+- plan + semantic run on one `AREngine` whose thread does continuous batching across every song handed to it (its
+  KV pool sized by the plan and capped by the card's free memory);
 - acoustic and decode each run one song at a time on a thread of their own, beside the AR thread.
 Every call persists its stage's artifacts before returning and returns a `StageEvent` saying where it ran. On a
 real card the actor sets CUDA_VISIBLE_DEVICES to that card's UUID before CUDA starts, and asks Ray for the card's
@@ -55,9 +56,9 @@ class WorkerSpec:
     store_url: str
     card: CardRef
     threads: int = 1              # torch CPU threads (equal counts on both sides give equal bytes)
-    rows: int = 2                 # AR: KV-cache rows (a CFG request takes two)
-    capacity: int | None = None   # AR on a GPU: tokens per row (prefix + generation budget); None = the context
-    exact: bool = False           # one request at a time: the sequential path's numerics
+    rows: int = 2                 # AR: concurrent KV rows the plan wants (a CFG request takes two)
+    capacity: int | None = None   # AR: tokens per row (prefix + generation budget); None = the context
+    exact: bool = False           # the reference sampler, one request at a time
     name: str = ""
 
 
@@ -106,10 +107,10 @@ class CardWorker:
         if "ar" in spec.engines:
             from stages.ar import AREngine
 
-            # On the CPU rows span the whole context, as in the sequential path, so batching never changes a number.
-            self.ar = AREngine(model, self.ckpt.cfg.tokens, rows=max(2, spec.rows),
-                               capacity=spec.capacity if cuda else None, cuda_graphs=cuda, kv_buckets=cuda)
-            self.ar_shape = f"ar rows={self.ar.rows} kv_buckets={'on' if cuda else 'off'}"
+            sampler = "exact" if spec.exact else "fast"
+            self.ar = AREngine(model, self.ckpt.cfg.tokens, kv_tokens=self._kv_tokens(spec, model), sampler=sampler,
+                               cuda_graphs=cuda, compile=cuda)
+            self.ar_shape = f"ar slots={self.ar.slots} kv_pages={self.ar.kv.pages} sampler={sampler}"
             self.waiting: deque = deque()
             self.wake = threading.Condition()
             self.loop = None
@@ -122,6 +123,20 @@ class CardWorker:
             from stages.vae import load_decoder
 
             self.decoder = load_decoder(self.ckpt.vae_dir, self.ckpt.cfg.vae, device=self.device)
+
+    def _kv_tokens(self, spec: WorkerSpec, model) -> int:
+        """The planner's KV budget (rows × tokens per row), capped on a real card by what its memory holds after
+        the weights, with room kept for the acoustic stage's working set when it shares the card."""
+        from stages.kv_cache import tokens_for_memory
+
+        cfg = self.ckpt.cfg.model
+        want = max(2, spec.rows) * (spec.capacity or cfg.context)
+        if self.device != "cuda":
+            return want
+        free, _ = self.torch.cuda.mem_get_info()
+        keep = (12 << 30) if "acoustic" in spec.engines else (4 << 30)
+        dtype = model.model.embed_tokens.weight.dtype
+        return max(cfg.context, min(want, tokens_for_memory(cfg, dtype, free, keep_free=keep)))
 
     # ---- where, and what a call leaves behind ---------------------------------------------------------------
     def _where(self) -> dict:
@@ -205,10 +220,12 @@ class CardWorker:
             with self.wake:
                 while not self.waiting and not self.ar.live:
                     self.wake.wait()
-                while self.waiting and self.ar.can_admit(self.waiting[0][0]) and not (
-                        self.spec.exact and self.ar.live):
-                    request, future = self.waiting.popleft()
-                    try:
+                while self.waiting and not (self.spec.exact and self.ar.live):
+                    request, future = self.waiting[0]
+                    if not self.ar.can_admit(request) and self.ar.live:
+                        break                    # it waits for a live request to give its slots and pages back
+                    self.waiting.popleft()
+                    try:                         # alone and still too big: admit says why, and only it fails
                         self.ar.admit(request)
                         pending[(request.key, request.phase)] = future
                     except Exception as exc:  # a bad request fails its own call, not the worker

@@ -1,10 +1,18 @@
-"""The AR engine: a static KV cache of `rows` sequences, continuous batching across requests, optional CUDA graphs.
+"""The AR engine: continuous batching of plan and semantic requests over a paged KV cache, one step for all slots.
 
-Serves both AR stages (plan and semantic). A request takes one row, or two with CFG (its unconditional branch);
-every row keeps its own length and RoPE position, so prompts of different lengths share one batch. Requests join
-whenever rows are free (`admit`) and leave when they finish; each `step` samples every live request once and then
-runs one batched decode forward for all rows. Shapes stay fixed (rows × capacity), so one CUDA graph per key-length
-bucket replays every step. Hardware choices (device, dtype, graphs) are made by whoever builds the engine.
+A request takes one slot, or two with CFG (its unconditional branch). Every step runs all `slots` rows with fixed
+shapes — a row of an idle slot reads no keys and writes into a trash page — so one CUDA graph replays every step and
+a row's numbers never depend on which other requests share the step or which slot it sits in (batch invariance).
+Each slot reads only its own keys (paged_attention.py).
+
+Two samplers (MODEL.md §4):
+- "fast" (default): the whole step — sampling of every slot (fast_sampling.py), bookkeeping of windows and stops,
+  feeding the drawn ids back, the forward — stays on the device; `block` steps are captured as one graph and the
+  host reads the drawn ids once per block. A request that ends inside a block stops on the device at once; the
+  host notices at the block's end.
+- "exact": the reference sampler, one request at a time in the host loop with its own torch.Generator re-seeded
+  per stage, so draws follow torch.multinomial's stream bit for bit. Needs one host round trip per step.
+Hardware choices (device, dtype, graphs, torch.compile) are made by whoever builds the engine.
 """
 from __future__ import annotations
 
@@ -15,10 +23,16 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import sampling
+from . import fast_sampling, sampling
 from .config import Sampling, TokenLayout
+from .kv_cache import PagedKV
+from .paged_attention import paged_decode_attention
 from .protocol import check_context
-from .transformer import YuE2, attend, logits, rope_tables
+from .transformer import (AR, BranchWeights, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits,
+                          rope_tables)
+
+STEP_SLOTS = 32      # rows of every step: one shape everywhere, so the sequential path and the farm agree
+SAMPLERS = ("fast", "exact")
 
 
 @dataclass(frozen=True)
@@ -47,131 +61,252 @@ class ARResult:
 @dataclass
 class _Live:
     request: ARRequest
-    rows: list[int]
-    generator: torch.Generator
+    slots: list[int]                       # [conditional] or [conditional, unconditional]
     end: int
-    bias: torch.Tensor
-    next_logits: torch.Tensor              # [branches, vocab] for the coming draw
-    window: sampling.RecentWindow
     history: list[int] = field(default_factory=list)
     started: float = 0.0
     prefill_seconds: float = 0.0
     batch_sum: int = 0
+    steps: int = 0
+    generator: torch.Generator | None = None       # exact sampler only
+    window: sampling.RecentWindow | None = None    # exact sampler only
+    bias: torch.Tensor | None = None               # exact sampler only
 
 
 class AREngine:
-    def __init__(self, model: YuE2, layout: TokenLayout, *, rows: int = 2, capacity: int | None = None,
-                 cuda_graphs: bool = False, kv_buckets: bool = False, min_bucket: int = 256):
-        """`kv_buckets` lets a step attend to only the smallest power-of-two key range that covers every live row
-        (faster on long caches); without it every row always attends over the whole capacity, so a row's numbers
-        never depend on which other requests share the batch."""
+    def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
+                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16):
+        """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
+        graph replay and per host read in the fast mode."""
+        if sampler not in SAMPLERS:
+            raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         cfg = model.cfg
-        weight = model.model.embed_tokens.weight
-        self.model, self.layout, self.cfg = model, layout, cfg
-        self.device, self.dtype = weight.device, weight.dtype
-        self.rows, self.capacity = rows, capacity or cfg.context
-        shape = (rows, cfg.num_key_value_heads, self.capacity, cfg.head_dim)
-        self.k_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in model.model.layers]
-        self.v_cache = [torch.zeros(shape, dtype=self.dtype, device=self.device) for _ in model.model.layers]
-        self.tokens = torch.zeros(rows, dtype=torch.long, device=self.device)   # static decode inputs
-        self.positions = torch.zeros(rows, dtype=torch.long, device=self.device)
-        self.host_positions = [0] * rows
-        self.free_rows = deque(range(rows))
-        self.live: list[_Live] = []
-        self.buckets = _buckets(min_bucket, self.capacity) if kv_buckets else [self.capacity]
+        self.model, self.layout, self.cfg, self.sampler = model, layout, cfg, sampler
+        self.device, self.dtype = model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype
+        self.slots, self.block = slots, block
+        self.kv = PagedKV(cfg, slots=slots, tokens=kv_tokens or 2 * cfg.context, device=self.device,
+                          dtype=self.dtype)
+        self.table = fast_sampling.SlotTable.empty(slots, cfg.vocab_size, self.device)
+        self.tokens = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.lengths = torch.zeros(slots, dtype=torch.long, device=self.device)
+        self.next_logits = torch.zeros(slots, cfg.vocab_size, dtype=self.dtype, device=self.device)
+        self.drawn = torch.full((block, slots), -1, dtype=torch.long, device=self.device)
         pinned = self.device.type == "cuda"
-        self.drawn_host = torch.zeros(rows, dtype=torch.long, pin_memory=pinned)   # drawn ids land here
-        self.graphs: dict[int, tuple[torch.cuda.CUDAGraph, torch.Tensor]] = {}
+        self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
+        self.free_slots = deque(range(slots))
+        self.live: list[_Live] = []
+        self.weights, self.dims = branch_weights(model, AR), dims(cfg)
+        self._head, self._tail, self._draw = _step_head, _step_tail, fast_sampling.draw
+        if compile:   # compiled once per process and shape, shared by every engine
+            self._head, self._tail, self._draw = _compiled(_step_head), _compiled(_step_tail), _compiled(
+                fast_sampling.draw)
+        self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
-            self._capture_graphs()
+            self._capture()
 
     # ---- admission and prefill ------------------------------------------------------------------------------
+    def branches(self, request: ARRequest) -> list[tuple[int, ...]]:
+        return [request.prefix] + ([request.negative] if _uses_cfg(request) else [])
+
     def can_admit(self, request: ARRequest) -> bool:
-        return len(self.free_rows) >= (2 if _uses_cfg(request) else 1)
+        branches = self.branches(request)
+        pages = sum(self.kv.pages_for(len(p) + request.sampling.max_tokens + 1) for p in branches)
+        return len(self.free_slots) >= len(branches) and pages <= len(self.kv.free)
 
     @torch.inference_mode()
     def admit(self, request: ARRequest) -> None:
-        """Prefill the request's branch(es) into free rows; its first token is drawn at the next `step`."""
-        branches = [request.prefix] + ([request.negative] if _uses_cfg(request) else [])
+        """Prefill the request's branch(es) into free slots; its first token is drawn at the next step."""
+        branches = self.branches(request)
         for prefix in branches:
-            check_context(len(prefix), request.sampling.max_tokens, min(self.capacity, self.cfg.context),
-                          f"{request.key} {request.phase}")
-        if len(self.free_rows) < len(branches):
-            raise RuntimeError(f"no free rows for {request.key}: {len(self.free_rows)} free")
+            check_context(len(prefix), request.sampling.max_tokens, self.cfg.context, f"{request.key} {request.phase}")
+        if self.sampler == "fast":
+            fast_sampling.check(request.sampling, f"{request.key} {request.phase} sampling")
+        if not self.can_admit(request):
+            raise RuntimeError(f"no room for {request.key}: {len(self.free_slots)} free slots, "
+                               f"{len(self.kv.free)} free KV pages")
         start = time.perf_counter()
-        rows = [self.free_rows.popleft() for _ in branches]
-        first = torch.stack([self.prefill(row, prefix) for row, prefix in zip(rows, branches)])
-        generator = torch.Generator(device=self.device).manual_seed(request.seed)  # re-seeded for every stage
+        slots = [self.free_slots.popleft() for _ in branches]
+        for slot, prefix in zip(slots, branches):
+            self.kv.reserve(slot, len(prefix) + request.sampling.max_tokens + 1)
+            self.prefill(slot, prefix)
         end = sampling.end_id(request.phase, self.layout)
-        bias = sampling.allowed_bias(request.phase, self.layout, self.cfg.vocab_size, torch.float32, self.device)
+        live = _Live(request, slots, end)
+        self._set_slots(live)
+        if self.sampler == "exact":
+            live.generator = torch.Generator(device=self.device).manual_seed(request.seed)  # re-seeded per stage
+            live.window = sampling.RecentWindow(request.sampling.penalty_window, self.cfg.vocab_size, self.device)
+            live.bias = sampling.allowed_bias(request.phase, self.layout, self.cfg.vocab_size, torch.float32,
+                                              self.device)
         _sync(self.device)
-        now = time.perf_counter()
-        window = sampling.RecentWindow(request.sampling.penalty_window, self.cfg.vocab_size, self.device)
-        self.live.append(_Live(request, rows, generator, end, bias, first, window, started=now,
-                               prefill_seconds=now - start))
+        live.started = time.perf_counter()
+        live.prefill_seconds = live.started - start
+        self.live.append(live)
 
-    def prefill(self, row: int, ids, chunk: int | None = None) -> torch.Tensor:
-        """Write ids into `row` from its start, `chunk` tokens per pass (all at once by default) → last logits [V]."""
+    def _set_slots(self, live: _Live) -> None:
+        r, (cond, *rest) = live.request, live.slots
+        uncond = rest[0] if rest else cond
+        lo, hi = sampling.allowed_range(r.phase, self.layout)
+        values = fast_sampling.slot_values(r.sampling, phase=r.phase, seed=r.seed, lo=lo, hi=hi, end=live.end,
+                                           legacy=r.legacy)
+        self.table.set_slot(cond, {**values, "cfg_scale": r.cfg_scale, "use_cfg": bool(rest), "partner": uncond,
+                                   "owner": cond, "is_cond": True, "active": True})
+        if rest:
+            self.table.set_slot(uncond, {"use_cfg": False, "partner": uncond, "owner": cond, "is_cond": False,
+                                         "active": True, "count": 0})
+
+    def prefill(self, slot: int, ids, chunk: int | None = None) -> torch.Tensor:
+        """Write ids into `slot` from its start, `chunk` tokens per pass (all at once by default) → last logits [V].
+
+        A slot with no pages yet gets room for a whole context (tests and teacher forcing)."""
         ids = torch.as_tensor(list(ids), dtype=torch.long, device=self.device)
-        self.host_positions[row] = 0
+        if slot not in self.kv.owned:
+            self.kv.reserve(slot, self.cfg.context)
         chunk = chunk or ids.shape[0]
         for a in range(0, ids.shape[0], chunk):
-            hidden = self._extend(row, ids[a:a + chunk])
-        return logits(self.model, hidden[:, -1])[0]
+            hidden = self._extend(slot, ids[a:a + chunk], a)
+        self.lengths[slot] = ids.shape[0]
+        last = logits(self.model, hidden[:, -1])[0]
+        self.next_logits[slot] = last
+        return last
 
-    def _extend(self, row: int, ids: torch.Tensor) -> torch.Tensor:
-        """Append ids to `row`: causal attention over the row's cache plus the new tokens. → hidden [1, T, H]."""
-        start, t = self.host_positions[row], ids.shape[0]
-        end = start + t
+    def _extend(self, slot: int, ids: torch.Tensor, start: int) -> torch.Tensor:
+        """Append ids at positions start… of `slot`: causal attention over its keys and the new ones → [1, T, H]."""
+        end = start + ids.shape[0]
         x = self.model.model.embed_tokens(ids)[None]
         cos, sin = rope_tables(torch.arange(start, end, device=self.device), self.cfg, self.dtype)
+        pages, offsets = self.kv.where(slot, start, end)
         mask = None
         if start:
             keys = torch.arange(end, device=self.device)
             mask = keys[None, :] <= torch.arange(start, end, device=self.device)[:, None]
-        for i, layer in enumerate(self.model.model.layers):
-            q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
-            self.k_cache[i][row, :, start:end] = k[0]
-            self.v_cache[i][row, :, start:end] = v[0]
+        for i, w in enumerate(self.weights):
+            q, k, v = layer_head(x, w, cos, sin, self.dims)
+            self.kv.write(i, pages, offsets, k[0].transpose(0, 1), v[0].transpose(0, 1))
             if start:
-                out = attend(q, self.k_cache[i][row:row + 1, :, :end], self.v_cache[i][row:row + 1, :, :end],
-                             mask=mask)
+                out = attend(q, *self.kv.read(i, slot, end), mask=mask)
             else:
                 out = attend(q, k, v, causal=True)
-            x = x + layer.self_attn.output(out)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        self.host_positions[row] = end
+            x = layer_tail(x, out, w, self.dims)
         return x
+
+    # ---- the device step ------------------------------------------------------------------------------------
+    def forward(self, tokens: torch.Tensor, positions: torch.Tensor, go: torch.Tensor) -> torch.Tensor:
+        """One token per slot at its position; slots with `go` false write to the trash page and read nothing.
+        tokens, positions [S] int64, go [S] bool → logits [S, V] (model dtype)."""
+        kv = self.kv
+        page = kv.block_table.gather(1, (positions // kv.page).clamp(max=kv.per_slot - 1)[:, None])[:, 0].long()
+        page = torch.where(go, page, torch.zeros_like(page))
+        offset = positions % kv.page
+        seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
+        x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
+        cos, sin = rope_tables(positions[:, None], self.cfg, self.dtype)       # [S, 1, D]
+        for i, w in enumerate(self.weights):
+            q, k, v = self._head(x, w.in_norm, w.qkv, w.q_norm, w.k_norm, cos, sin, self.dims)
+            kv.write(i, page, offset, k[:, :, 0], v[:, :, 0])
+            out = paged_decode_attention(q[:, :, 0], kv.k[i], kv.v[i], kv.block_table, seq_lens)
+            x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
+        return logits(self.model, x[:, 0])
+
+    def _feed(self) -> None:
+        """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits`."""
+        go = self.table.active
+        self.next_logits.copy_(self.forward(self.tokens, self.lengths, go))
+        self.lengths.add_(go.long())
+
+    def _device_step(self, j: int) -> None:
+        """Draw for every slot, record the draws in row j of `drawn`, book them, feed them back."""
+        t = self.table
+        drawn = self._draw(self.next_logits, t)
+        self.drawn[j].copy_(torch.where(t.active & t.is_cond, drawn, torch.full_like(drawn, -1)))
+        fast_sampling.advance(t, drawn)
+        self.tokens.copy_(drawn.index_select(0, t.owner))
+        self._feed()
+
+    def _capture(self) -> None:
+        """Graphs, captured while no request lives: `block` fast steps, and one plain feed (exact / teacher forcing).
+        Warm-up runs first on a side stream (torch.compile compiles there)."""
+        pool = torch.cuda.graph_pool_handle()
+        runs = {"feed": self._feed,
+                "block": lambda: [self._device_step(j) for j in range(self.block)]}
+        with torch.inference_mode():
+            for name, fn in runs.items():
+                if name == "block" and self.sampler != "fast":
+                    continue
+                stream = torch.cuda.Stream()
+                stream.wait_stream(torch.cuda.current_stream())
+                with torch.cuda.stream(stream):
+                    fn()
+                    fn()
+                torch.cuda.current_stream().wait_stream(stream)
+                graph = torch.cuda.CUDAGraph()
+                with torch.cuda.graph(graph, pool=pool):
+                    fn()
+                self.graphs[name] = graph
+            self.lengths.zero_()
+            self.drawn.fill_(-1)
+
+    def _run(self, name: str) -> None:
+        if name in self.graphs:
+            self.graphs[name].replay()
+        elif name == "feed":
+            self._feed()
+        else:
+            for j in range(self.block):
+                self._device_step(j)
 
     # ---- decoding -------------------------------------------------------------------------------------------
     @torch.inference_mode()
     def step(self) -> list[ARResult]:
-        """Draw one token for every live request, feed them all in one batched forward, then retire the finished.
-
-        The drawn ids stay on the device: they are written into the decode inputs and the forward is queued
-        before the host reads them back, so the host's bookkeeping overlaps the GPU's forward. A request that
-        just finished was fed once more for nothing; its rows are simply freed.
-        """
+        """Advance every live request (a block of steps in the fast mode, one step in the exact mode) and return
+        the requests that finished."""
         if not self.live:
             return []
+        return self._fast_block() if self.sampler == "fast" else self._exact_step()
+
+    def _fast_block(self) -> list[ARResult]:
+        self._run("block")
+        self.drawn_host.copy_(self.drawn, non_blocking=True)
+        _sync(self.device)
+        rows = self.drawn_host.tolist()
+        n, finished, going_on = len(self.live), [], []
+        for live in self.live:
+            slot, outcome = live.slots[0], None
+            for row in rows:
+                token = row[slot]
+                if token < 0:
+                    continue
+                live.steps += 1
+                live.batch_sum += n
+                if token == live.end:
+                    outcome = False
+                    break
+                live.history.append(token)
+                if len(live.history) >= live.request.sampling.max_tokens:
+                    outcome = True
+                    break
+            if outcome is None:
+                going_on.append(live)
+            else:
+                finished.append(self._retire(live, truncated=outcome))
+        self.live = going_on
+        return finished
+
+    def _exact_step(self) -> list[ARResult]:
         drawn = []
         for live in self.live:
-            token = self._draw(live)                                   # [1] on the device
+            token = self._draw_exact(live)                                  # [1] on the device
             live.window.push(token)
-            for row in live.rows:
-                self.tokens[row] = token[0]
+            for slot in live.slots:
+                self.tokens[slot] = token[0]
             drawn.append(token)
         n = len(drawn)
-        self.drawn_host[:n].copy_(torch.cat(drawn), non_blocking=True)
-        ready = _event(self.device)
-        out = self._run_decode([row for live in self.live for row in live.rows])
-        for live in self.live:
-            live.next_logits = out[live.rows]                          # gathered before the next replay
-        if ready is not None:
-            ready.synchronize()
+        self.drawn_host[0, :n].copy_(torch.cat(drawn), non_blocking=True)
+        self._run("feed")                                                  # queued before the host reads back
+        _sync(self.device)
         finished, going_on = [], []
-        for live, token in zip(self.live, self.drawn_host[:n].tolist()):
+        for live, token in zip(self.live, self.drawn_host[0, :n].tolist()):
             live.batch_sum += n
+            live.steps += 1
             if token == live.end:
                 finished.append(self._retire(live, truncated=False))
                 continue
@@ -183,78 +318,35 @@ class AREngine:
         self.live = going_on
         return finished
 
-    def _draw(self, live: _Live) -> torch.Tensor:
+    def _draw_exact(self, live: _Live) -> torch.Tensor:
         r = live.request
-        conditional = live.next_logits[0:1]
-        unconditional = live.next_logits[1:2] if len(live.rows) > 1 else None
+        conditional = self.next_logits[live.slots[0]:live.slots[0] + 1]
+        unconditional = self.next_logits[live.slots[1]:live.slots[1] + 1] if len(live.slots) > 1 else None
         combined = sampling.cfg_combine(conditional, unconditional, r.cfg_scale)
-        scores = sampling.step_scores(combined, r.sampling, live.bias, live.end, live.window,
-                                      len(live.history), r.legacy)
+        scores = sampling.step_scores(combined, r.sampling, live.bias, live.end, live.window, len(live.history),
+                                      r.legacy)
         return sampling.draw(scores, r.sampling, live.generator).reshape(1)
 
     def _retire(self, live: _Live, truncated: bool) -> ARResult:
-        self.free_rows.extend(live.rows)
-        for row in live.rows:
-            self.host_positions[row] = 0
+        for slot in live.slots:
+            self.table.active[slot] = False
+            self.kv.release(slot)
+            self.free_slots.append(slot)
         _sync(self.device)
-        steps = max(1, len(live.history) + (0 if truncated else 1))
         return ARResult(live.request.key, live.request.phase, np.asarray(live.history, dtype=np.int32), truncated,
-                        live.prefill_seconds, time.perf_counter() - live.started, live.batch_sum / steps)
+                        live.prefill_seconds, time.perf_counter() - live.started,
+                        live.batch_sum / max(1, live.steps))
 
-    def decode(self, row_tokens: dict[int, int]) -> torch.Tensor:
-        """Feed one token to each given row at its current position → logits [rows, V] (other rows: garbage)."""
-        self.tokens.copy_(torch.tensor([row_tokens.get(r, 0) for r in range(self.rows)]))
-        return self._run_decode(list(row_tokens))
-
-    def _run_decode(self, fed: list[int]) -> torch.Tensor:
-        """One forward of all rows with the tokens already in `self.tokens`; advances the fed rows.
-
-        Rows not fed still compute (fixed shapes); they write a dummy entry at their own next position, which
-        lies beyond what they can see and is overwritten when they are fed there.
-        """
-        positions = [min(p, self.capacity - 1) for p in self.host_positions]
-        self.positions.copy_(torch.tensor(positions), non_blocking=True)
-        kv_len = next(b for b in self.buckets if b > max(positions[row] for row in fed))
-        if kv_len in self.graphs:
-            graph, out = self.graphs[kv_len]
-            graph.replay()
-        else:
-            out = self._decode_forward(kv_len)
-        for row in fed:
-            self.host_positions[row] += 1
-        return out
-
-    def _decode_forward(self, kv_len: int) -> torch.Tensor:
-        """One token per row at `self.positions`, attending to keys [0, kv_len) masked to each row's own length."""
-        rows = torch.arange(self.rows, device=self.device)
-        x = self.model.model.embed_tokens(self.tokens)[:, None]               # [S, 1, H]
-        cos, sin = rope_tables(self.positions[:, None], self.cfg, self.dtype)  # [S, 1, D]
-        visible = torch.arange(kv_len, device=self.device)[None] <= self.positions[:, None]  # [S, kv_len]
-        kv_heads = torch.arange(self.cfg.num_key_value_heads, device=self.device)[None]
-        for i, layer in enumerate(self.model.model.layers):
-            q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
-            index = (rows[:, None], kv_heads, self.positions[:, None])
-            self.k_cache[i].index_put_(index, k[:, :, 0])
-            self.v_cache[i].index_put_(index, v[:, :, 0])
-            out = _decode_attention(q, self.k_cache[i][:, :, :kv_len], self.v_cache[i][:, :, :kv_len], visible)
-            x = x + layer.self_attn.output(out)
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
-        return logits(self.model, x[:, 0])
-
-    def _capture_graphs(self) -> None:
-        """One graph per key-length bucket, captured before any request lives (warm-up writes land in free rows)."""
-        pool = torch.cuda.graph_pool_handle()
-        with torch.inference_mode():
-            for kv_len in self.buckets:
-                stream = torch.cuda.Stream()
-                stream.wait_stream(torch.cuda.current_stream())
-                with torch.cuda.stream(stream):
-                    self._decode_forward(kv_len)
-                torch.cuda.current_stream().wait_stream(stream)
-                graph = torch.cuda.CUDAGraph()
-                with torch.cuda.graph(graph, pool=pool):
-                    out = self._decode_forward(kv_len)
-                self.graphs[kv_len] = (graph, out)
+    @torch.inference_mode()
+    def decode(self, slot_tokens: dict[int, int]) -> torch.Tensor:
+        """Teacher forcing: feed one given token to each given slot → logits [slots, V] (other slots: garbage).
+        Uses the captured feed graph when there is one. Not for use while requests are live."""
+        go = torch.zeros(self.slots, dtype=torch.bool)
+        go[list(slot_tokens)] = True
+        self.table.active.copy_(go)
+        self.tokens.copy_(torch.tensor([slot_tokens.get(s, 0) for s in range(self.slots)]))
+        self._run("feed")
+        return self.next_logits.clone()
 
     # ---- driving ------------------------------------------------------------------------------------------
     def generate(self, requests) -> list[ARResult]:
@@ -263,39 +355,32 @@ class AREngine:
         while waiting or self.live:
             while waiting and self.can_admit(waiting[0]):
                 self.admit(waiting.popleft())
+            if not self.live and waiting:
+                raise RuntimeError(f"{waiting[0].key}: does not fit this engine's KV cache")
             results.extend(self.step())
         return results
 
 
-def _decode_attention(q, k, v, visible):
-    """GQA attention of one query per row without repeating K/V. q [S, H, 1, D]; k, v [S, KV, L, D]."""
-    s, h, _, d = q.shape
-    groups = h // k.shape[1]
-    scores = torch.matmul(q.reshape(s, k.shape[1], groups, d), k.transpose(-1, -2)) * d ** -0.5
-    scores = scores.masked_fill(~visible[:, None, None, :], float("-inf"))
-    probs = torch.softmax(scores.float(), dim=-1).to(q.dtype)
-    return torch.matmul(probs, v).reshape(s, h, 1, d)
+def _step_head(x, in_norm, qkv, q_norm, k_norm, cos, sin, d):
+    """layer_head over explicit tensors (what torch.compile sees as inputs: one graph serves every layer)."""
+    return layer_head(x, BranchWeights(in_norm, qkv, q_norm, k_norm, None, None, None, None), cos, sin, d)
 
 
-def _buckets(smallest: int, capacity: int) -> list[int]:
-    out, b = [], smallest
-    while b < capacity:
-        out.append(b)
-        b *= 2
-    return out + [capacity]
+def _step_tail(x, attn, o, post_norm, gate_up, down, d):
+    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d)
+
+
+_COMPILED: dict = {}
+
+
+def _compiled(fn):
+    if fn not in _COMPILED:
+        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False)
+    return _COMPILED[fn]
 
 
 def _uses_cfg(request: ARRequest) -> bool:
     return request.negative is not None and request.cfg_scale != 1.0
-
-
-def _event(device: torch.device):
-    """A CUDA event recorded now (None on the CPU, where every op has already finished)."""
-    if device.type != "cuda":
-        return None
-    event = torch.cuda.Event()
-    event.record()
-    return event
 
 
 def _sync(device: torch.device) -> None:

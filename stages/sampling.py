@@ -12,13 +12,18 @@ import torch
 from .config import Sampling, TokenLayout
 
 
-def allowed_bias(phase: str, layout: TokenLayout, vocab: int, dtype: torch.dtype, device) -> torch.Tensor:
-    """0 where the stage may emit an id, −inf elsewhere: text + ABC_END (plan), codec codes + MUSIC_END (semantic)."""
-    bias = torch.full((1, vocab), float("-inf"), dtype=dtype, device=device)
+def allowed_range(phase: str, layout: TokenLayout) -> tuple[int, int]:
+    """The contiguous ids a stage may emit besides its end id: text (plan), codec codes (semantic)."""
     if phase == "plan":
-        bias[..., :layout.eod] = 0
-    else:
-        bias[..., layout.codec_offset:layout.codec_offset + layout.codebook] = 0
+        return 0, layout.eod
+    return layout.codec_offset, layout.codec_offset + layout.codebook
+
+
+def allowed_bias(phase: str, layout: TokenLayout, vocab: int, dtype: torch.dtype, device) -> torch.Tensor:
+    """0 where the stage may emit an id, −inf elsewhere: `allowed_range` + the end id (ABC_END / MUSIC_END)."""
+    bias = torch.full((1, vocab), float("-inf"), dtype=dtype, device=device)
+    lo, hi = allowed_range(phase, layout)
+    bias[..., lo:hi] = 0
     bias[..., end_id(phase, layout)] = 0
     return bias
 

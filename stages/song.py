@@ -14,7 +14,8 @@ import numpy as np
 import torch
 
 from .acoustic import AcousticEngine, AcousticRequest
-from .ar import AREngine, ARRequest, ARResult
+from . import fast_sampling
+from .ar import SAMPLERS, AREngine, ARRequest, ARResult
 from .config import Sampling, Yue2Config, from_checkpoint
 from .protocol import (ProtocolError, SongRequest, check_context, chunk_ranges, given_abc_ids, negative_prefix,
                        plan_prefix, semantic_prefix)
@@ -47,10 +48,12 @@ class SongSettings:
     cond_end: int
     vae_core_frames: int
     vae_halo_frames: int
+    sampler: str = "fast"       # the AR sampler (ar.SAMPLERS): "fast" (batched, default) or "exact" (reference)
 
 
 def default_settings(cfg: Yue2Config, *, max_semantic_tokens: int | None = None, ode_steps: int | None = None,
-                     plan_tokens: int | None = None, semantic_tokens: int | None = None) -> SongSettings:
+                     plan_tokens: int | None = None, semantic_tokens: int | None = None,
+                     sampler: str = "fast") -> SongSettings:
     """The checkpoint's defaults with overrides. `plan_tokens`/`semantic_tokens` force exact lengths (benchmarks):
     the end id stays masked until that many ids, and generation stops there."""
     plan, semantic = cfg.generation.plan, cfg.generation.semantic
@@ -64,7 +67,7 @@ def default_settings(cfg: Yue2Config, *, max_semantic_tokens: int | None = None,
     plan.validate("plan sampling")
     semantic.validate("semantic sampling")
     return SongSettings(plan, semantic, ode_steps or cfg.generation.ode_steps, 0,
-                        cfg.vae.decode_core_frames, cfg.vae.decode_halo_frames)
+                        cfg.vae.decode_core_frames, cfg.vae.decode_halo_frames, sampler)
 
 
 # ---- stage requests (shared with the farm) ---------------------------------------------------------------------
@@ -110,6 +113,12 @@ def ar_tokens_needed(ckpt: Checkpoint, request: SongRequest, settings: SongSetti
 def validate(ckpt: Checkpoint, request: SongRequest, settings: SongSettings) -> None:
     """Fail before any compute if a stage could overrun the context, assuming the longest score the plan may write."""
     context, need = ckpt.cfg.model.context, ar_tokens_needed(ckpt, request, settings)
+    if settings.sampler not in SAMPLERS:
+        raise ProtocolError(f"sampler must be one of {', '.join(SAMPLERS)}, got {settings.sampler!r}")
+    if settings.sampler == "fast":
+        if request.has_plan_stage:
+            fast_sampling.check(settings.plan, "plan sampling")
+        fast_sampling.check(settings.semantic, "semantic sampling")
     if "plan" in need:
         check_context(need["plan"] - settings.plan.max_tokens, settings.plan.max_tokens, context, "plan")
     check_context(need["semantic_prefix"], settings.semantic.max_tokens, context, "semantic")
@@ -137,12 +146,14 @@ class Song:
 
 
 class SongEngines:
-    """All four stages' engines for one checkpoint on one device: the model is loaded once and shared."""
+    """All four stages' engines for one checkpoint on one device: the model is loaded once and shared.
+    `fast` (CUDA graphs + torch.compile for the AR step) is a hardware choice and never changes a song."""
 
-    def __init__(self, ckpt: Checkpoint, device="cpu", dtype: torch.dtype | None = None, cuda_graphs=False):
+    def __init__(self, ckpt: Checkpoint, device="cpu", dtype: torch.dtype | None = None, fast=False,
+                 sampler: str = "fast"):
         self.ckpt, self.device = ckpt, torch.device(device)
         model = load_model(ckpt.model_dir, ckpt.cfg, ALL_PARTS, device=device, dtype=dtype)
-        self.ar = AREngine(model, ckpt.cfg.tokens, rows=2, cuda_graphs=cuda_graphs, kv_buckets=cuda_graphs)
+        self.ar = AREngine(model, ckpt.cfg.tokens, sampler=sampler, cuda_graphs=fast, compile=fast)
         self.acoustic = AcousticEngine(model, ckpt.cfg.tokens)
         self.decoder: OobleckDecoder = load_decoder(ckpt.vae_dir, ckpt.cfg.vae, device=device)
 
@@ -150,6 +161,8 @@ class SongEngines:
 def render_song(engines: SongEngines, request: SongRequest, settings: SongSettings, key: str = "song") -> Song:
     ckpt, meter = engines.ckpt, _Meter(engines.device)
     validate(ckpt, request, settings)
+    if settings.sampler != engines.ar.sampler:
+        raise ValueError(f"settings ask for the {settings.sampler} sampler, the engines run {engines.ar.sampler}")
     abc_ids, truncated = given_abc_ids(request, ckpt.tokenizer, ckpt.cfg.tokens), {}
     if request.has_plan_stage:
         with meter("plan") as m:

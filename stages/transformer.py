@@ -8,6 +8,7 @@ KV-cache policy, sampling, chunking or devices (see ar.py and acoustic.py).
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
@@ -19,45 +20,27 @@ AR, HEAD, NAR = "ar", "head", "nar"   # the weight groups a stage can ask for
 
 
 class RMSNorm(nn.Module):
-    """YuE2's rounding order (MODEL.md §2): the rsqrt factor in FP32, cast to x's dtype, then x·factor·weight."""
-
     def __init__(self, dim: int, eps: float):
         super().__init__()
         self.weight = nn.Parameter(torch.ones(dim))
         self.eps = eps
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + self.eps)
-        return (x * factor.to(x.dtype)) * self.weight
+        return rms_norm(x, self.weight, self.eps)
 
 
 class Attention(nn.Module):
-    """q/k/v/o projections with per-head q/k RMSNorm applied before RoPE (Qwen3)."""
+    """Holds q/k/v/o and the per-head q/k norms; the maths is `layer_head` / `layer_tail`."""
 
     def __init__(self, cfg: ModelConfig):
         super().__init__()
         h, d = cfg.hidden_size, cfg.head_dim
-        self.n_heads, self.n_kv, self.head_dim = cfg.num_attention_heads, cfg.num_key_value_heads, d
-        self.q_proj = nn.Linear(h, self.n_heads * d, bias=False)
-        self.k_proj = nn.Linear(h, self.n_kv * d, bias=False)
-        self.v_proj = nn.Linear(h, self.n_kv * d, bias=False)
-        self.o_proj = nn.Linear(self.n_heads * d, h, bias=False)
+        self.q_proj = nn.Linear(h, cfg.num_attention_heads * d, bias=False)
+        self.k_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
+        self.v_proj = nn.Linear(h, cfg.num_key_value_heads * d, bias=False)
+        self.o_proj = nn.Linear(cfg.num_attention_heads * d, h, bias=False)
         self.q_norm = RMSNorm(d, cfg.rms_norm_eps)
         self.k_norm = RMSNorm(d, cfg.rms_norm_eps)
-
-    def project(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
-        """x [B, T, H] → q [B, heads, T, D], k and v [B, kv_heads, T, D]; q and k normed, then rotated."""
-        b, t, _ = x.shape
-        q = self.q_norm(self.q_proj(x).view(b, t, self.n_heads, self.head_dim))
-        k = self.k_norm(self.k_proj(x).view(b, t, self.n_kv, self.head_dim))
-        v = self.v_proj(x).view(b, t, self.n_kv, self.head_dim)
-        q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-        return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
-
-    def output(self, attn: torch.Tensor) -> torch.Tensor:
-        """attn [B, heads, T, D] → [B, T, H]."""
-        b, _, t, _ = attn.shape
-        return self.o_proj(attn.transpose(1, 2).reshape(b, t, self.n_heads * self.head_dim))
 
 
 class MLP(nn.Module):
@@ -66,9 +49,6 @@ class MLP(nn.Module):
         self.gate_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.up_proj = nn.Linear(cfg.hidden_size, cfg.intermediate_size, bias=False)
         self.down_proj = nn.Linear(cfg.intermediate_size, cfg.hidden_size, bias=False)
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))
 
 
 class DecoderLayer(nn.Module):
@@ -177,7 +157,93 @@ def expected_shapes(cfg: ModelConfig, parts: frozenset[str] = frozenset({AR, HEA
 
 
 # --------------------------------------------------------------------------------------------------------------
-# Forward pieces shared by the AR engine, the acoustic engine and the dense reference
+# The decoder layer's maths, written once: every path (AR prefill, AR decode, NAR velocity, the dense reference)
+# runs a layer as `layer_head` → its own attention → `layer_tail`, over one branch's fused weights.
+
+@dataclass(frozen=True)
+class Dims:
+    heads: int
+    kv_heads: int
+    head_dim: int
+    eps: float
+
+
+@dataclass(frozen=True)
+class BranchWeights:
+    """One layer's weights of one branch (AR or NAR). q/k/v and gate/up are fused into one matrix each, so a step
+    runs two GEMMs where it would run five; the module parameters are views into them (no second copy)."""
+    in_norm: torch.Tensor
+    qkv: torch.Tensor          # [(heads + 2·kv_heads)·head_dim, hidden]
+    q_norm: torch.Tensor
+    k_norm: torch.Tensor
+    o: torch.Tensor
+    post_norm: torch.Tensor
+    gate_up: torch.Tensor      # [2·intermediate, hidden]
+    down: torch.Tensor
+
+    def tensors(self) -> tuple[torch.Tensor, ...]:
+        return (self.in_norm, self.qkv, self.q_norm, self.k_norm, self.o, self.post_norm, self.gate_up, self.down)
+
+
+def dims(cfg: ModelConfig) -> Dims:
+    return Dims(cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.rms_norm_eps)
+
+
+def branch_weights(model: YuE2, branch: str) -> list[BranchWeights]:
+    """The fused weights of every layer of `branch` (AR or NAR), built on first use and kept on the model."""
+    cache = model.__dict__.setdefault("_branches", {})
+    if branch not in cache:
+        cache[branch] = [_fuse(layer, branch) for layer in model.model.layers]
+    return cache[branch]
+
+
+def _fuse(layer: DecoderLayer, branch: str) -> BranchWeights:
+    nar = branch == NAR
+    attn = layer.nar_self_attn if nar else layer.self_attn
+    mlp = layer.nar_mlp if nar else layer.mlp
+    qkv = _concat_in_place([attn.q_proj, attn.k_proj, attn.v_proj])
+    gate_up = _concat_in_place([mlp.gate_proj, mlp.up_proj])
+    return BranchWeights((layer.nar_input_layernorm if nar else layer.input_layernorm).weight, qkv,
+                         attn.q_norm.weight, attn.k_norm.weight, attn.o_proj.weight,
+                         (layer.nar_pre_mlp_layernorm if nar else layer.post_attention_layernorm).weight,
+                         gate_up, mlp.down_proj.weight)
+
+
+def _concat_in_place(linears) -> torch.Tensor:
+    """One matrix holding the linears' weights stacked by rows; each linear's parameter becomes a view of it."""
+    fused = torch.cat([lin.weight.detach() for lin in linears])
+    row = 0
+    for lin in linears:
+        n = lin.weight.shape[0]
+        lin.weight.data = fused[row:row + n]
+        row += n
+    return fused
+
+
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """YuE2's rounding order (MODEL.md §2): the rsqrt factor in FP32, cast to x's dtype, then x·factor·weight."""
+    factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (x * factor.to(x.dtype)) * weight
+
+
+def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims):
+    """Input norm, fused q/k/v, per-head q/k norm, RoPE. x [B, T, H] → q [B, heads, T, D], k, v [B, KV, T, D]."""
+    b, t, _ = x.shape
+    q, k, v = F.linear(rms_norm(x, w.in_norm, d.eps), w.qkv).split(
+        [d.heads * d.head_dim, d.kv_heads * d.head_dim, d.kv_heads * d.head_dim], dim=-1)
+    q = rms_norm(q.reshape(b, t, d.heads, d.head_dim), w.q_norm, d.eps)
+    k = rms_norm(k.reshape(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps)
+    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+    return q.transpose(1, 2), k.transpose(1, 2), v.reshape(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
+
+
+def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims) -> torch.Tensor:
+    """o_proj + residual, then the SwiGLU MLP + residual. attn [B, heads, T, D] → x [B, T, H]."""
+    b, _, t, _ = attn.shape
+    x = x + F.linear(attn.transpose(1, 2).reshape(b, t, d.heads * d.head_dim), w.o)
+    gate, up = F.linear(rms_norm(x, w.post_norm, d.eps), w.gate_up).chunk(2, dim=-1)
+    return x + F.linear(F.silu(gate) * up, w.down)
+
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
            mask: torch.Tensor | None = None) -> torch.Tensor:
@@ -186,29 +252,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
 
 
-def ar_layer_prefill(layer: DecoderLayer, x: torch.Tensor, cos, sin):
-    """One AR layer over a fresh causal sequence. x [1, T, H] → (x', k, v) with k, v [1, KV, T, D]."""
-    q, k, v = layer.self_attn.project(layer.input_layernorm(x), cos, sin)
-    x = x + layer.self_attn.output(attend(q, k, v, causal=True))
-    x = x + layer.mlp(layer.post_attention_layernorm(x))
-    return x, k, v
-
-
 def ar_prefill(model: YuE2, ids: torch.Tensor):
     """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per layer)."""
     positions = torch.arange(ids.shape[0], device=ids.device)
     x = model.model.embed_tokens(ids)[None]
     cos, sin = rope_tables(positions, model.cfg, x.dtype)
-    kv = []
-    for layer in model.model.layers:
-        x, k, v = ar_layer_prefill(layer, x, cos, sin)
+    d, kv = dims(model.cfg), []
+    for w in branch_weights(model, AR):
+        q, k, v = layer_head(x, w, cos, sin, d)
+        x = layer_tail(x, attend(q, k, v, causal=True), w, d)
         kv.append((k, v))
     return x, kv
 
 
 def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
     """Final norm + lm_head, in the model dtype."""
-    return model.lm_head(model.model.norm(hidden))
+    return F.linear(model.model.norm(hidden), model.lm_head.weight)
 
 
 def timestep_tau(raw: float, dtype: torch.dtype, shift: float, device) -> torch.Tensor:
@@ -228,27 +287,23 @@ def nar_inputs(model: YuE2, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return (model.vae2llm(x_pad) + te) + model.latent_pos_embed.pe[index]
 
 
-def nar_layer(layer: DecoderLayer, h: torch.Tensor, cos, sin, k_prefix, v_prefix) -> torch.Tensor:
-    """One NAR layer: NAR rows attend, non-causally, to the AR prefix keys and to each other. h [1, L_n, H]."""
-    q, k, v = layer.nar_self_attn.project(layer.nar_input_layernorm(h), cos, sin)
-    k, v = torch.cat([k_prefix, k], dim=2), torch.cat([v_prefix, v], dim=2)
-    h = h + layer.nar_self_attn.output(attend(q, k, v))
-    return h + layer.nar_mlp(layer.nar_pre_mlp_layernorm(h))
-
-
 def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: float, cond_end: int = 0):
     """The NAR velocity for latents x [n, latent] given a prefilled AR prefix (MODEL.md §3.2 step 3).
 
     `prefix_kv` holds each layer's prefix (k, v) [1, KV, L_a, D]; `cond_end` k > 0 lets the NAR rows see only the
-    first k prefix keys (their RoPE positions still start at L_a = prefix_len).
+    first k prefix keys (their RoPE positions still start at L_a = prefix_len). NAR rows attend non-causally to the
+    prefix keys and to each other.
     """
     tau = timestep_tau(raw, x.dtype, model.cfg.timestep_shift, x.device)
     h = nar_inputs(model, x, tau)[None]
     positions = prefix_len + torch.arange(h.shape[1], device=x.device)
     cos, sin = rope_tables(positions, model.cfg, h.dtype)
     end = cond_end if cond_end > 0 else prefix_len
-    for layer, (k_prefix, v_prefix) in zip(model.model.layers, prefix_kv):
-        h = nar_layer(layer, h, cos, sin, k_prefix[:, :, :end], v_prefix[:, :, :end])
+    d = dims(model.cfg)
+    for w, (k_prefix, v_prefix) in zip(branch_weights(model, NAR), prefix_kv):
+        q, k, v = layer_head(h, w, cos, sin, d)
+        k, v = torch.cat([k_prefix[:, :, :end], k], dim=2), torch.cat([v_prefix[:, :, :end], v], dim=2)
+        h = layer_tail(h, attend(q, k, v), w, d)
     return model.llm2vae(model.model.norm(h[0]))[1:-1]
 
 
@@ -266,12 +321,11 @@ def dense_velocity(model: YuE2, ids: torch.Tensor, x: torch.Tensor, raw: float, 
     allowed[:la, :la] = torch.ones(la, la, dtype=torch.bool, device=x.device).tril()
     allowed[la:, :(cond_end if cond_end > 0 else la)] = True
     allowed[la:, la:] = True
-    for layer in model.model.layers:
-        qa, ka, va = layer.self_attn.project(layer.input_layernorm(h_ar), cos[:la], sin[:la])
-        qn, kn, vn = layer.nar_self_attn.project(layer.nar_input_layernorm(h_nar), cos[la:], sin[la:])
+    d = dims(model.cfg)
+    for wa, wn in zip(branch_weights(model, AR), branch_weights(model, NAR)):
+        qa, ka, va = layer_head(h_ar, wa, cos[:la], sin[:la], d)
+        qn, kn, vn = layer_head(h_nar, wn, cos[la:], sin[la:], d)
         out = attend(torch.cat([qa, qn], 2), torch.cat([ka, kn], 2), torch.cat([va, vn], 2), mask=allowed)
-        h_ar = h_ar + layer.self_attn.output(out[:, :, :la])
-        h_ar = h_ar + layer.mlp(layer.post_attention_layernorm(h_ar))
-        h_nar = h_nar + layer.nar_self_attn.output(out[:, :, la:])
-        h_nar = h_nar + layer.nar_mlp(layer.nar_pre_mlp_layernorm(h_nar))
+        h_ar = layer_tail(h_ar, out[:, :, :la], wa, d)
+        h_nar = layer_tail(h_nar, out[:, :, la:], wn, d)
     return model.llm2vae(model.model.norm(h_nar[0]))[1:-1]

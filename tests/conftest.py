@@ -61,3 +61,13 @@ def ray_cluster():
     yield cluster
     ray.shutdown()
     cluster.shutdown()
+
+
+def pytest_collection_modifyitems(config, items):
+    """`gpu` tests need CUDA: without it they are skipped, with the reason."""
+    if torch.cuda.is_available():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA device (run on the GPU machine: pytest -m gpu)")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)

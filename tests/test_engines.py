@@ -47,7 +47,7 @@ def test_cond_end_changes_what_the_nar_rows_see(model, tiny_cfg):
 @torch.inference_mode()
 @pytest.mark.parametrize("chunk", [None, 4])
 def test_prefill_then_decode_equals_full_forward(model, chunk):
-    engine = AREngine(model, _layout(model), rows=2, capacity=64, min_bucket=16)
+    engine = AREngine(model, _layout(model), slots=2, kv_tokens=1024)
     prompt, fed = [256, 5, 9, 200, 33, 77, 1], [12, 460, 99, 3, 250, 17, 8, 8, 8, 120, 45, 301, 6, 2]
     steps = [engine.prefill(0, prompt, chunk=chunk)]
     for token in fed:
@@ -58,7 +58,7 @@ def test_prefill_then_decode_equals_full_forward(model, chunk):
 
 @torch.inference_mode()
 def test_batch_of_two_prompts_of_different_lengths(model):
-    engine = AREngine(model, _layout(model), rows=3, capacity=64, min_bucket=16)
+    engine = AREngine(model, _layout(model), slots=3, kv_tokens=1536)
     a, b = [256, 1, 2, 3], [256, 40, 41, 42, 43, 44, 45, 46, 47, 48, 49]
     fa, fb = [7, 8, 9, 10, 11, 12], [100, 101, 102, 103, 104, 105]
     got_a, got_b = [engine.prefill(0, a)], [engine.prefill(2, b)]
@@ -81,7 +81,7 @@ def test_cfg_pair_with_unequal_prefixes_equals_two_single_runs(model, tiny_cfg, 
     s = Sampling(1.0, 0.95, 100, 1.2, window, 4, 12)
     pos, neg = tuple([256] + list(range(30, 52)) + [464]), (256, 71, 72, 464)
     pair = ARRequest("x", "semantic", pos, s, seed=7, negative=neg, cfg_scale=1.5, legacy=legacy)
-    engine = AREngine(model, _layout(model), rows=2, capacity=64, min_bucket=16)
+    engine = AREngine(model, _layout(model), slots=2, kv_tokens=1024, sampler="exact")
     (result,) = engine.generate([pair])
     layout = _layout(model)
     g = torch.Generator().manual_seed(7)
@@ -97,9 +97,7 @@ def test_cfg_pair_with_unequal_prefixes_equals_two_single_runs(model, tiny_cfg, 
     assert len(history) == 12 and result.truncated
 
 
-@torch.inference_mode()
-def test_continuous_batching_gives_each_request_its_solo_result(model):
-    """Requests joining and leaving a shared batch draw exactly what they draw alone (CPU, no key buckets)."""
+def _requests():
     from stages.ar import ARRequest
     from stages.config import Sampling
 
@@ -108,12 +106,54 @@ def test_continuous_batching_gives_each_request_its_solo_result(model):
         prefix = tuple([256] + list(range(40, 40 + 3 * seed)) + [464])
         return ARRequest(key, "semantic", prefix, s, seed, negative=(256, 464) if cfg != 1 else None, cfg_scale=cfg)
 
-    requests = [req("a", 20, 1), req("b", 7, 2, cfg=1.3), req("c", 15, 3), req("d", 9, 4)]
-    together = {r.key: r for r in AREngine(model, _layout(model), rows=4, capacity=96).generate(requests)}
+    return [req("a", 20, 1), req("b", 7, 2, cfg=1.3), req("c", 15, 3), req("d", 9, 4)]
+
+
+@torch.inference_mode()
+@pytest.mark.parametrize("sampler", ["fast", "exact"])
+def test_continuous_batching_gives_each_request_its_solo_result(model, sampler):
+    """Requests joining and leaving a shared batch draw exactly what they draw alone, in any slot."""
+    requests = _requests()
+    together = {r.key: r for r in AREngine(model, _layout(model), slots=8, kv_tokens=4096,
+                                           sampler=sampler).generate(requests)}
     assert together["a"].mean_batch > 1
     for r in requests:
-        (alone,) = AREngine(model, _layout(model), rows=4, capacity=96).generate([r])
+        engine = AREngine(model, _layout(model), slots=8, kv_tokens=4096, sampler=sampler)
+        engine.free_slots.rotate(3)                      # another slot than in the shared run
+        (alone,) = engine.generate([r])
         assert np.array_equal(alone.ids, together[r.key].ids), r.key
+        assert len(alone.ids) == r.sampling.max_tokens and alone.truncated
+
+
+@torch.inference_mode()
+def test_fast_engine_stops_on_the_end_id_inside_a_block(model):
+    """With the end id allowed from the start, requests stop at different steps inside a 16-step block; each
+    result is exactly its prefix of the same request run with a longer min_tokens, up to the end id."""
+    from dataclasses import replace
+
+    requests = [replace(r, sampling=replace(r.sampling, min_tokens=0, max_tokens=60)) for r in _requests()]
+    engine = AREngine(model, _layout(model), slots=8, kv_tokens=4096, block=16)
+    results = {r.key: r for r in engine.generate(requests)}
+    assert not engine.live and sorted(engine.free_slots) == list(range(8)) and len(engine.kv.free) == engine.kv.pages - 1
+    for r in requests:
+        got = results[r.key]
+        assert 0 <= len(got.ids) <= 60
+        assert (got.truncated and len(got.ids) == 60) or not got.truncated
+        assert _layout(model).music_end not in got.ids.tolist()
+
+
+@torch.inference_mode()
+def test_batched_forward_equals_per_row_forwards(model):
+    """One step of several slots at different lengths = each slot's own step, row by row (same engine shape)."""
+    prompts = {0: [256, 1, 2, 3], 3: [256] + list(range(60, 90)), 5: [256, 7]}
+    together = AREngine(model, _layout(model), slots=6, kv_tokens=6 * 512)
+    for slot, p in prompts.items():
+        together.prefill(slot, p)
+    out = together.decode({slot: 100 + slot for slot in prompts})
+    for slot, p in prompts.items():
+        alone = AREngine(model, _layout(model), slots=6, kv_tokens=6 * 512)
+        alone.prefill(slot, p)
+        assert torch.equal(alone.decode({slot: 100 + slot})[slot], out[slot])
 
 
 def _layout(model):

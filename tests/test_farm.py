@@ -82,7 +82,7 @@ def test_album_renders_byte_identical_to_the_sequential_path(rendered, sequentia
         ("03-three", s) for s in ("semantic", "acoustic", "decode")}
     # songs shared the AR engine's batch (continuous batching) and still equal the one-song path
     assert max(e["batch"] for e in events if e["stage"] == "plan") > 1
-    assert all(e["batch_shape"].startswith("ar rows=") for e in events if e["stage"] in ("plan", "semantic"))
+    assert all(e["batch_shape"].startswith("ar slots=") for e in events if e["stage"] in ("plan", "semantic"))
 
 
 def test_album_outputs(rendered):

@@ -1,0 +1,283 @@
+"""`farm bench ar`: the AR step against its memory-bandwidth floor, at every batch size the farm uses.
+
+For each scenario (a context length and a sampling kind) and each number of live rows, requests of that prefix
+length are admitted to one AR engine — the engine the farm and the sequential path use: fixed-width step, paged KV,
+batched sampler, CUDA graphs, torch.compile — and decoded for a few blocks. The floor of one step is what it must
+read once: every linear weight and the lm_head, plus K and V of every live row's context, at the device copy rate
+measured in the same run. Also printed: the paged decode kernel against SDPA over a padded cache (the kernel of our
+own must win to stay), batch invariance (the same requests alone and together give the same ids), and how far the
+step's teacher-forced logits are from an FP32 forward, beside the plain BF16 forward's distance.
+"""
+from __future__ import annotations
+
+import json
+import statistics
+import time
+from dataclasses import replace
+from pathlib import Path
+
+from .bench import environment
+
+ROWS = (1, 2, 4, 8, 12, 16, 24, 32)
+# (name, prefix tokens, sampling kind): the 450-token prompt, and the reference track's mean plan and semantic
+# contexts (450 + 4540/2 and 4992 + 5371/2).
+SCENARIOS = (("prompt-450", 450, "plan"), ("plan-ref", 2720, "plan"), ("semantic-ref", 7680, "semantic"))
+
+
+def copy_rate(torch, device: str) -> float:
+    """Device-to-device copy, bytes read + written per second (median of 10 after warm-up)."""
+    src = torch.empty(1 << 31, dtype=torch.uint8, device=device)
+    dst = torch.empty_like(src)
+    times = []
+    for i in range(13):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        torch.cuda.synchronize()
+        if i >= 3:
+            times.append(start.elapsed_time(end) / 1e3)
+    return 2 * src.numel() / statistics.median(times)
+
+
+def weight_bytes(model) -> int:
+    """What a decode step reads of the weights: every linear layer and the lm_head (the embedding: one row)."""
+    import torch
+
+    return sum(p.numel() * p.element_size() for name, p in model.named_parameters()
+               if p.dim() == 2 and "embed_tokens" not in name and isinstance(p, torch.Tensor))
+
+
+def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, ...], blocks: int,
+                 numerics_tokens: int, json_out: Path | None) -> dict:
+    import torch
+
+    from stages.ar import AREngine
+    from stages.kv_cache import token_bytes
+    from stages.song import open_checkpoint
+    from stages.transformer import AR, HEAD
+    from stages.weights import load_model
+
+    from .devices import pick_device
+    from .models import resolve_model
+
+    device = pick_device(device)
+    paths = resolve_model(model, vae)
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    cfg, layout = ckpt.cfg, ckpt.cfg.tokens
+    cuda = device.startswith("cuda")
+    rate = copy_rate(torch, device) if cuda else None
+    net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device=device)
+    wbytes, kv_token = weight_bytes(net), token_bytes(cfg.model, net.model.embed_tokens.weight.dtype)
+    longest = max(ctx for _, ctx, _ in SCENARIOS)
+    scenarios = [(n, min(ctx, cfg.model.context // 4), kind) for n, ctx, kind in SCENARIOS]
+    start = time.perf_counter()
+    engine = AREngine(net, layout, kv_tokens=max(rows) * (longest + (blocks + 2) * 16 + 64), cuda_graphs=cuda,
+                      compile=cuda)
+    build_seconds = time.perf_counter() - start
+    table = []
+    for name, ctx, kind in scenarios:
+        for b in rows:
+            table.append(_measure(engine, cfg, name, ctx, kind, b, blocks, wbytes, kv_token, rate))
+            _print_row(table[-1])
+    report = {"environment": environment(device), "model": cfg.name, "copy_rate_bytes_s": rate,
+              "weight_bytes": wbytes, "kv_bytes_per_token": kv_token, "slots": engine.slots, "block": engine.block,
+              "engine_build_seconds": build_seconds, "rows": table,
+              "invariance": batch_invariance(engine, cfg), "kernel": kernel_vs_sdpa(engine, cfg) if cuda else None,
+              "numerics": numerics(engine, ckpt, device, numerics_tokens)}
+    print_report(report)
+    if json_out:
+        Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return report
+
+
+def bench_request(cfg, key: str, ctx: int, kind: str, tokens: int, seed: int):
+    """A forced-length request with a random prefix of `ctx` ids (text ids for plan, codec ids for semantic)."""
+    import torch
+
+    from stages.ar import ARRequest
+
+    layout = cfg.tokens
+    g = torch.Generator().manual_seed(seed)
+    lo, hi = (0, layout.eod) if kind == "plan" else (layout.codec_offset, layout.codec_offset + layout.codebook)
+    prefix = [layout.eod] + torch.randint(lo, hi, (ctx - 2,), generator=g).tolist()
+    prefix.append(layout.abc_start if kind == "plan" else layout.music_start)
+    s = getattr(cfg.generation, kind)
+    s = replace(s, min_tokens=tokens, max_tokens=tokens)
+    return ARRequest(key, kind, tuple(prefix), s, seed)
+
+
+def _measure(engine, cfg, name, ctx, kind, b, blocks, wbytes, kv_token, rate) -> dict:
+    block = engine.block
+    tokens = (blocks + 1) * block
+    for i in range(b):
+        engine.admit(bench_request(cfg, f"{name}-{b}-{i}", ctx, kind, tokens, seed=i))
+    engine.step()                                   # a warm block
+    _sync(engine)
+    start = time.perf_counter()
+    finished = []
+    for _ in range(blocks):
+        finished += engine.step()
+    seconds = (time.perf_counter() - start) / (blocks * block)
+    assert len(finished) == b and not engine.live, "forced lengths end every request in the last block"
+    mean_ctx = ctx + block + blocks * block / 2
+    row = {"scenario": name, "kind": kind, "rows": b, "context": ctx, "step_ms": seconds * 1e3,
+           "tokens_s": b / seconds}
+    if rate:
+        floor = (wbytes + b * mean_ctx * kv_token) / rate
+        row.update(floor_ms=floor * 1e3, floor_ratio=floor / seconds, floor_tokens_s=b / floor)
+    return row
+
+
+def batch_invariance(engine, cfg) -> dict:
+    """Three requests (plan, semantic, semantic) alone, each in another slot, and together: identical ids?"""
+    short = cfg.model.context // 8                 # 64 on tiny, 3072 on yue2-3b: well inside either context
+    requests = [bench_request(cfg, "inv-plan", min(300, short), "plan", 96, 1),
+                bench_request(cfg, "inv-sem-a", min(700, short), "semantic", 80, 2),
+                bench_request(cfg, "inv-sem-b", min(500, short), "semantic", 112, 3)]
+    together = {r.key: r.ids for r in engine.generate(requests)}
+    equal = {}
+    for shift, r in enumerate(requests):
+        engine.free_slots.rotate(5 + shift)
+        (alone,) = engine.generate([r])
+        equal[r.key] = bool((alone.ids == together[r.key]).all()) and len(alone.ids) == len(together[r.key])
+    return {"identical": all(equal.values()), "per_request": equal}
+
+
+def kernel_vs_sdpa(engine, cfg) -> dict:
+    """One layer's decode attention for 24 rows at 7.7k keys: the paged kernel vs SDPA over a padded cache."""
+    import torch
+
+    from stages.paged_attention import paged_decode_attention
+    from stages.transformer import attend
+
+    m, rows, ctx = cfg.model, 24, min(7680, cfg.model.context // 2)
+    kv = engine.kv
+    q = torch.randn(rows, m.num_attention_heads, m.head_dim, dtype=engine.dtype, device=engine.device)
+    pages = -(-ctx // kv.page)
+    table = torch.arange(1, 1 + rows * pages, dtype=torch.int32, device=engine.device).reshape(rows, pages)
+    table = table % (kv.pages - 1) + 1
+    block_table = torch.zeros(rows, kv.per_slot, dtype=torch.int32, device=engine.device)
+    block_table[:, :pages] = table
+    lens = torch.full((rows,), ctx, dtype=torch.int32, device=engine.device)
+    kpad = torch.randn(rows, m.num_key_value_heads, 8192, m.head_dim, dtype=engine.dtype, device=engine.device)
+    visible = (torch.arange(8192, device=engine.device) < ctx)[None, None, None, :]
+
+    def paged():
+        return paged_decode_attention(q, kv.k[0], kv.v[0], block_table, lens)
+
+    def sdpa():
+        return attend(q[:, :, None], kpad, kpad, mask=visible)
+
+    return {"rows": rows, "context": ctx, "paged_us": _time(paged) * 1e6, "sdpa_padded_8192_us": _time(sdpa) * 1e6,
+            "bytes_per_call": 2 * rows * ctx * m.num_key_value_heads * m.head_dim * 2}
+
+
+def numerics(engine, ckpt, device: str, tokens: int) -> dict:
+    """Teacher-forced logits of the step vs an FP32 forward, beside a plain BF16 forward vs the same FP32."""
+    import torch
+
+    from stages.transformer import AR, HEAD, ar_prefill, logits
+    from stages.weights import load_model
+
+    cfg = ckpt.cfg
+    tokens = min(tokens, cfg.model.context // 2)
+    prompt = min(450, tokens // 2)
+    g = torch.Generator().manual_seed(7)
+    ids = torch.randint(0, cfg.tokens.eod, (tokens,), generator=g)
+    with torch.inference_mode():
+        fed = []
+        engine.prefill(0, ids[:prompt].tolist())
+        fed.append(engine.next_logits[0].float().clone())
+        for t in ids[prompt:-1].tolist():
+            fed.append(engine.decode({0: t})[0].float())
+        engine.kv.release(0)
+        fast = torch.stack(fed)                                        # predictions after positions prompt-1 …
+        bf16_hidden, _ = ar_prefill(engine.model, ids.to(device))
+        plain = logits(engine.model, bf16_hidden)[0, prompt - 1:-1].float()
+        del bf16_hidden
+        fp32 = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device=device, dtype=torch.float32)
+        hidden, _ = ar_prefill(fp32, ids.to(device))
+        ref = logits(fp32, hidden)[0, prompt - 1:-1]
+        del fp32, hidden
+        out = {"tokens": tokens, "teacher_forced_steps": int(fast.shape[0]),
+               "fast_step": _distance(fast, ref), "plain_bf16": _distance(plain, ref)}
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+    return out
+
+
+def _distance(x, ref) -> dict:
+    tv = 0.5 * (x.softmax(-1) - ref.softmax(-1)).abs().sum(-1)
+    diff = (x - ref).abs()
+    return {"max_abs": diff.max().item(), "mean_abs": diff.mean().item(), "mean_tv": tv.mean().item(),
+            "max_tv": tv.max().item()}
+
+
+def _time(fn, repeats: int = 50) -> float:
+    import torch
+
+    for _ in range(5):
+        fn()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(repeats):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / 1e3 / repeats
+
+
+def _sync(engine) -> None:
+    import torch
+
+    if engine.device.type == "cuda":
+        torch.cuda.synchronize()
+
+
+def _print_row(r: dict) -> None:
+    floor = f"  floor {r['floor_ms']:.3f} ms ({r['floor_tokens_s']:.0f} tok/s)  × floor {r['floor_ratio']:.2f}" \
+        if "floor_ms" in r else ""
+    print(f"{r['scenario']:>13} {r['kind']:>8} rows {r['rows']:>2} ctx {r['context']:>5}: step {r['step_ms']:.3f} ms "
+          f"→ {r['tokens_s']:.0f} tok/s{floor}", flush=True)
+
+
+def print_report(r: dict) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    env = r["environment"]
+    rate = r["copy_rate_bytes_s"]
+    title = (f"farm bench ar — {r['model']} on {env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
+             f"{r['slots']}-slot step, {r['block']} steps per graph; forced lengths (random weights); floor = "
+             f"({r['weight_bytes'] / 1e9:.2f} GB weights + rows × context × {r['kv_bytes_per_token'] // 1024} KiB)"
+             + (f" / {rate / 1e12:.2f} TB/s measured copy rate" if rate else ""))
+    table = Table(title=title, title_justify="left")
+    for col in ("scenario", "sampling", "rows", "context", "step ms", "tok/s", "floor ms", "floor tok/s",
+                "share of floor"):
+        table.add_column(col, justify="right")
+    for x in r["rows"]:
+        table.add_row(x["scenario"], x["kind"], str(x["rows"]), str(x["context"]), f"{x['step_ms']:.3f}",
+                      f"{x['tokens_s']:.0f}", _f(x.get("floor_ms"), ".3f"), _f(x.get("floor_tokens_s"), ".0f"),
+                      _f(x.get("floor_ratio"), ".2f"))
+    console = Console(width=170)
+    console.print(table)
+    inv = r["invariance"]
+    console.print(f"batch invariance (3 requests alone, in other slots, vs together): "
+                  f"{'identical ids' if inv['identical'] else 'DIFFERENT ids'} {inv['per_request']}")
+    if r["kernel"]:
+        k = r["kernel"]
+        console.print(f"decode attention, {k['rows']} rows × {k['context']} keys, one layer: paged kernel "
+                      f"{k['paged_us']:.1f} µs ({k['bytes_per_call'] / k['paged_us'] / 1e6:.2f} TB/s) vs SDPA over "
+                      f"a padded 8192-key cache {k['sdpa_padded_8192_us']:.1f} µs")
+    n = r["numerics"]
+    for name in ("fast_step", "plain_bf16"):
+        d = n[name]
+        console.print(f"teacher-forced logits vs FP32 forward ({n['teacher_forced_steps']} positions), {name}: max abs "
+                      f"{d['max_abs']:.4f}, mean abs {d['mean_abs']:.5f}, mean TV {d['mean_tv']:.5f}, "
+                      f"max TV {d['max_tv']:.5f}")
+
+
+def _f(value, spec):
+    return "—" if value is None else format(value, spec)

@@ -1,0 +1,55 @@
+"""docs/measured/summary.json: the headline figure of every GPU benchmark, one key per figure.
+
+Each key holds {"value", "gpu", "date", "command"}; a run updates the keys it measured and keeps the others, so the
+file always says where the project stands and where each figure came from. The README shows it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from pathlib import Path
+
+
+def update_summary(path: Path, figures: dict[str, float], env: dict, command: str | None = None) -> dict:
+    path = Path(path)
+    try:
+        summary = json.loads(path.read_text())
+    except (OSError, ValueError):
+        summary = {}
+    command = command or "farm " + " ".join(shlex.quote(a) for a in sys.argv[1:])
+    for key, value in figures.items():
+        if value is not None:
+            summary[key] = {"value": round(float(value), 4), "gpu": env.get("gpu", env.get("device")),
+                            "date": env["date"], "command": command}
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}")
+    tmp.write_text(json.dumps(dict(sorted(summary.items())), indent=2) + "\n")
+    os.replace(tmp, path)
+    return summary
+
+
+def ar_figures(report: dict) -> dict[str, float]:
+    """The AR headline: one row at the 450-token prompt, and 24 rows at the reference track's semantic context."""
+    def row(scenario, rows):
+        return next((r for r in report["rows"] if r["scenario"] == scenario and r["rows"] == rows), {})
+
+    b1, b24 = row("prompt-450", 1), row("semantic-ref", 24)
+    return {"ar_b1_tok_s": b1.get("tokens_s"), "ar_b1_floor_ratio": b1.get("floor_ratio"),
+            "ar_b24_tok_s": b24.get("tokens_s"), "ar_b24_floor_ratio": b24.get("floor_ratio")}
+
+
+def song_figures(report: dict) -> dict[str, float]:
+    return {"song_s": report["environment"]["total_seconds"]}
+
+
+def album_figures(report: dict) -> dict[str, float]:
+    """album<N>_<G>gpu_s: the makespan of N tracks on G cards (and the speed-up over the sequential path)."""
+    cards = len({c for s in report["stages"] for c in s["cards"]})
+    name = f"album{report['tracks']}_{cards}gpu"
+    out = {f"{name}_s": report["album_makespan_s"]}
+    if "sequential" in report:
+        speedup = f"album{report['tracks']}_speedup_vs_sequential" if cards == 1 else f"{name}_speedup_vs_sequential"
+        out[speedup] = report["sequential"]["wall_s"] / report["album_makespan_s"]
+    return out

@@ -1,0 +1,89 @@
+"""Decode attention over a paged KV cache: one query per row, each row reading only its own live keys.
+
+The cache of one layer is a pool of pages `[pages, kv_heads, page, head_dim]`; a row's keys live in the pages its
+block-table row names, in order. A step's query row r attends to its first `seq_lens[r]` keys (0 = an idle row,
+whose output is zeros and which reads nothing).
+
+On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: every program handles one row, one KV head
+(all the query heads of its GQA group at once) and one fixed span of `SPLIT` keys; a second kernel merges the spans
+in order. The number of spans depends only on the row's own length, so a row's numbers never depend on which other
+rows share the step (batch invariance). PyTorch's SDPA cannot skip the padding of other rows, and FlexAttention's
+block masks would have to be rebuilt every step; `farm bench ar` measures this kernel against SDPA over the padded
+cache. On the CPU the same maths runs in plain PyTorch (tests, tiny models).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+SPLIT = 128          # keys per split-KV program: short rows still spread over several programs
+
+
+def reference(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+    """Plain PyTorch, row by row (each row's reductions see only its own keys, so rows never affect each other):
+    q [R, H, D]; pools [P, KV, page, D]; block_table [R, max_pages] int; seq_lens [R] → [R, H, D]."""
+    rows, heads, d = q.shape
+    kv, page = k_pool.shape[1], k_pool.shape[2]
+    out = torch.zeros_like(q)
+    for r, length in enumerate(seq_lens.tolist()):
+        if length == 0:
+            continue
+        table = block_table[r, :-(-length // page)].long()
+        k = k_pool[table].permute(1, 0, 2, 3).reshape(kv, -1, d)[:, :length]
+        v = v_pool[table].permute(1, 0, 2, 3).reshape(kv, -1, d)[:, :length]
+        scores = torch.matmul(q[r].reshape(kv, heads // kv, d).float(), k.float().transpose(-1, -2)) / math.sqrt(d)
+        out[r] = torch.matmul(torch.softmax(scores, dim=-1), v.float()).reshape(heads, d).to(q.dtype)
+    return out
+
+
+def paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+    """The kernel on CUDA, the reference elsewhere."""
+    if q.is_cuda:
+        return torch.ops.yue2.paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens)
+    return reference(q, k_pool, v_pool, block_table, seq_lens)
+
+
+# ---- the Triton kernels (imported only where CUDA is) -----------------------------------------------------------
+
+def _launch(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+    import triton
+
+    from ._paged_attention_triton import merge_splits, split_kv_attention
+
+    rows, heads, d = q.shape
+    kv, page = k_pool.shape[1], k_pool.shape[2]
+    groups = heads // kv
+    max_splits = triton.cdiv(block_table.shape[1] * page, SPLIT)
+    part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=q.device)
+    lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=q.device)
+    out = torch.empty_like(q)
+    scale = 1.0 / math.sqrt(d)
+    split_kv_attention[(rows, kv, max_splits)](
+        q, k_pool, v_pool, block_table, seq_lens, part, lse,
+        q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
+        block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
+        scale * 1.4426950408889634, GROUPS=groups, GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d,
+        PAGE=page, SPLIT=SPLIT, IEEE=q.dtype == torch.float32)
+    merge_splits[(rows, heads)](part, lse, seq_lens, out, part.stride(0), part.stride(1), part.stride(2),
+                                lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), D=d, SPLIT=SPLIT,
+                                MAX_SPLITS=triton.cdiv(max_splits, 32) * 32)
+    return out
+
+
+def _register() -> None:
+    """`yue2::paged_decode_attention` as an opaque custom op, so torch.compile keeps the kernel and captures it."""
+    if hasattr(torch.ops, "yue2") and hasattr(torch.ops.yue2, "paged_decode_attention"):
+        return
+
+    @torch.library.custom_op("yue2::paged_decode_attention", mutates_args=())
+    def _op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor,
+            seq_lens: torch.Tensor) -> torch.Tensor:
+        return _launch(q, k_pool, v_pool, block_table, seq_lens)
+
+    @_op.register_fake
+    def _(q, k_pool, v_pool, block_table, seq_lens):
+        return torch.empty_like(q)
+
+
+_register()

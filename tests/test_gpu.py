@@ -1,0 +1,94 @@
+"""Checks that need CUDA (run on the GPU machine with `pytest -m gpu`; skipped elsewhere).
+
+They use the checkpoint named by FARM_GPU_CKPT (a `farm init-checkpoint --config yue2-3b` directory, for the real
+shapes) when it is set, else the tiny checkpoint cast to BF16.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+pytestmark = pytest.mark.gpu
+
+
+@pytest.fixture(scope="module")
+def gpu_model(tiny_ckpt_dir, tiny_cfg):
+    from stages.config import from_checkpoint
+    from stages.transformer import AR, HEAD
+    from stages.weights import load_model
+
+    root = Path(os.environ.get("FARM_GPU_CKPT", tiny_ckpt_dir))
+    cfg = from_checkpoint(root / "model", root / "vae")
+    return load_model(root / "model", cfg, {AR, HEAD}, device="cuda", dtype=torch.bfloat16), cfg
+
+
+def test_paged_kernel_equals_the_reference():
+    from stages import paged_attention as pa
+
+    g = torch.Generator(device="cuda").manual_seed(0)
+    rows, heads, kv, d, page, pages = 6, 16, 8, 128, 64, 96
+    q = torch.randn(rows, heads, d, device="cuda", generator=g).bfloat16()
+    k = torch.randn(pages, kv, page, d, device="cuda", generator=g).bfloat16()
+    v = torch.randn(pages, kv, page, d, device="cuda", generator=g).bfloat16()
+    table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 15] + 1).int().reshape(rows, 15)
+    lens = torch.tensor([0, 1, 63, 129, 700, 960], dtype=torch.int32, device="cuda")
+    got = pa.paged_decode_attention(q, k, v, table, lens)
+    want = pa.reference(q, k, v, table, lens)
+    torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=0)
+    assert got[0].abs().max() == 0
+
+
+def _requests(cfg):
+    from farm.bench_ar import bench_request
+
+    short = cfg.model.context // 8
+    return [bench_request(cfg, "p", min(300, short), "plan", 70, 1),
+            bench_request(cfg, "s1", min(700, short), "semantic", 50, 2),
+            bench_request(cfg, "s2", min(500, short), "semantic", 90, 3)]
+
+
+def test_fast_sampler_is_batch_invariant_on_the_gpu(gpu_model):
+    """The same three requests alone (each in another slot) and together give identical ids."""
+    from stages.ar import AREngine
+
+    model, cfg = gpu_model
+    engine = AREngine(model, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=True, compile=True)
+    requests = _requests(cfg)
+    together = {r.key: r.ids for r in engine.generate(requests)}
+    assert engine.generate(requests)[0].mean_batch > 1
+    for shift, r in enumerate(requests):
+        engine.free_slots.rotate(7 + shift)
+        (alone,) = engine.generate([r])
+        assert np.array_equal(alone.ids, together[r.key]), r.key
+
+
+@pytest.mark.parametrize("sampler", ["fast", "exact"])
+def test_graph_step_equals_eager_step(gpu_model, sampler):
+    from stages.ar import AREngine
+
+    model, cfg = gpu_model
+    runs = []
+    for graphs in (True, False):
+        engine = AREngine(model, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=graphs, compile=True,
+                          sampler=sampler)
+        runs.append({r.key: r.ids for r in engine.generate(_requests(cfg))})
+    for key in runs[0]:
+        assert np.array_equal(runs[0][key], runs[1][key]), key
+
+
+def test_compiled_step_matches_the_eager_step_closely(gpu_model):
+    """torch.compile fuses the elementwise work; teacher-forced logits stay within BF16 rounding of eager."""
+    from stages.ar import AREngine
+
+    model, cfg = gpu_model
+    ids = list(range(5, 5 + 40))
+    out = []
+    for compiled in (True, False):
+        engine = AREngine(model, cfg.tokens, kv_tokens=2 * cfg.model.context, compile=compiled)
+        engine.prefill(0, ids[:20])
+        out.append(torch.stack([engine.decode({0: t})[0].float() for t in ids[20:]]))
+    assert (out[0] - out[1]).abs().max() < 0.1
