@@ -8,45 +8,48 @@ import triton.language as tl
 def split_kv_attention(Q, K, V, BT, LENS, PART, LSE,
                        sq_r, sq_h, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale,
                        GROUPS: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                       SPLIT: tl.constexpr, IEEE: tl.constexpr):
-    """Program (row, kv head, split): the query heads of one GQA group against keys [split·SPLIT, +SPLIT)."""
-    row, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+                       SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, ROUNDS: tl.constexpr):
+    """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row: the query heads of one GQA group
+    against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program computed it."""
+    row, kvh = tl.program_id(0), tl.program_id(1)
     length = tl.load(LENS + row)
-    start = split * SPLIT
-    if start < length:
-        g = tl.arange(0, GROUP_PAD)
-        d = tl.arange(0, D)
-        n = tl.arange(0, PAGE)
-        heads = kvh * GROUPS + g
-        qmask = g < GROUPS
-        q = tl.load(Q + row * sq_r + heads[:, None] * sq_h + d[None, :], mask=qmask[:, None], other=0.0)
-        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        total = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, D], tl.float32)
-        for p in range(0, SPLIT // PAGE):
-            pos = start + p * PAGE
-            page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < length, other=0)
-            kmask = pos + n < length
-            offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
-            k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
-            if IEEE:   # FP32 caches: no TF32 rounding
-                s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-            else:
-                s = tl.dot(q, tl.trans(k)) * qk_scale
-            s = tl.where(kmask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp2(m - m_new)
-            weights = tl.exp2(s - m_new[:, None])
-            total = total * alpha + tl.sum(weights, 1)
-            v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-            if IEEE:
-                acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
-            else:
-                acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
-            m = m_new
-        out = acc / total[:, None]
-        tl.store(PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :], out, mask=qmask[:, None])
-        tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
+    g = tl.arange(0, GROUP_PAD)
+    d = tl.arange(0, D)
+    n = tl.arange(0, PAGE)
+    heads = kvh * GROUPS + g
+    qmask = g < GROUPS
+    q = tl.load(Q + row * sq_r + heads[:, None] * sq_h + d[None, :], mask=qmask[:, None], other=0.0)
+    for r in range(0, ROUNDS):          # a constant bound, a runtime test: spans past the row are skipped
+        split = tl.program_id(2) + r * PROGRAMS
+        start = split * SPLIT
+        if start < length:
+            m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+            total = tl.zeros([GROUP_PAD], tl.float32)
+            acc = tl.zeros([GROUP_PAD, D], tl.float32)
+            for p in range(0, SPLIT // PAGE):
+                pos = start + p * PAGE
+                page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < length, other=0)
+                kmask = pos + n < length
+                offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
+                k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+                if IEEE:   # FP32 caches: no TF32 rounding
+                    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+                else:
+                    s = tl.dot(q, tl.trans(k)) * qk_scale
+                s = tl.where(kmask[None, :], s, float("-inf"))
+                m_new = tl.maximum(m, tl.max(s, 1))
+                alpha = tl.exp2(m - m_new)
+                weights = tl.exp2(s - m_new[:, None])
+                total = total * alpha + tl.sum(weights, 1)
+                v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
+                if IEEE:
+                    acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
+                else:
+                    acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
+                m = m_new
+            out = acc / total[:, None]
+            tl.store(PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :], out, mask=qmask[:, None])
+            tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
 
 
 @triton.jit

@@ -75,7 +75,7 @@ class _Live:
 
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
-                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16):
+                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool | str = False, block: int = 16):
         """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
         graph replay and per host read in the fast mode."""
         if sampler not in SAMPLERS:
@@ -96,10 +96,13 @@ class AREngine:
         self.free_slots = deque(range(slots))
         self.live: list[_Live] = []
         self.weights, self.dims = branch_weights(model, AR), dims(cfg)
-        self._head, self._tail, self._draw = _step_head, _step_tail, fast_sampling.draw
+        self._head, self._tail, self._draw, self._forward = _step_head, _step_tail, fast_sampling.draw, self.forward
         if compile:   # compiled once per process and shape, shared by every engine
-            self._head, self._tail, self._draw = _compiled(_step_head), _compiled(_step_tail), _compiled(
-                fast_sampling.draw)
+            self._draw = _compiled(fast_sampling.draw)
+            if compile == "forward":
+                self._forward = torch.compile(self.forward, fullgraph=True, dynamic=False)
+            else:
+                self._head, self._tail = _compiled(_step_head), _compiled(_step_tail)
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
             self._capture()
@@ -210,7 +213,7 @@ class AREngine:
     def _feed(self) -> None:
         """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits`."""
         go = self.table.active
-        self.next_logits.copy_(self.forward(self.tokens, self.lengths, go))
+        self.next_logits.copy_(self._forward(self.tokens, self.lengths, go))
         self.lengths.add_(go.long())
 
     def _device_step(self, j: int) -> None:

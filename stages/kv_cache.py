@@ -39,6 +39,7 @@ class PagedKV:
         self.k = torch.zeros(shape, dtype=dtype, device=device)
         self.v = torch.zeros(shape, dtype=dtype, device=device)
         self.block_table = torch.zeros(slots, self.per_slot, dtype=torch.int32, device=device)
+        self.heads = torch.arange(cfg.num_key_value_heads, device=device)
         self.free = list(range(1, self.pages))
         self.owned: dict[int, list[int]] = {}
 
@@ -71,8 +72,7 @@ class PagedKV:
 
     def write(self, layer: int, pages: torch.Tensor, offsets: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """k, v [T, kv_heads, head_dim] into the given (page, offset) places of `layer`."""
-        heads = torch.arange(k.shape[1], device=k.device)
-        index = (pages[:, None], heads[None, :], offsets[:, None])
+        index = (pages[:, None], self.heads[None, :], offsets[:, None])
         self.k[layer].index_put_(index, k)
         self.v[layer].index_put_(index, v)
 

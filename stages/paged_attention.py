@@ -4,9 +4,10 @@ The cache of one layer is a pool of pages `[pages, kv_heads, page, head_dim]`; a
 block-table row names, in order. A step's query row r attends to its first `seq_lens[r]` keys (0 = an idle row,
 whose output is zeros and which reads nothing).
 
-On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: every program handles one row, one KV head
-(all the query heads of its GQA group at once) and one fixed span of `SPLIT` keys; a second kernel merges the spans
-in order. The number of spans depends only on the row's own length, so a row's numbers never depend on which other
+On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the keys of a row are cut into spans of
+`SPLIT`; a program handles one row, one KV head (all the query heads of its GQA group at once) and every
+`PROGRAMS`-th span of that row, so the grid does not grow with the cache while idle rows cost one load; a second
+kernel merges the spans in order. The number of spans depends only on the row's own length, so a row's numbers never depend on which other
 rows share the step (batch invariance). PyTorch's SDPA cannot skip the padding of other rows, and FlexAttention's
 block masks would have to be rebuilt every step; `farm bench ar` measures this kernel against SDPA over the padded
 cache. On the CPU the same maths runs in plain PyTorch (tests, tiny models).
@@ -17,7 +18,8 @@ import math
 
 import torch
 
-SPLIT = 128          # keys per split-KV program: short rows still spread over several programs
+SPLIT = 128          # keys per span: short rows still spread over several programs
+PROGRAMS = 16        # programs per (row, KV head); each takes every PROGRAMS-th span of its row
 
 
 def reference(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
@@ -38,10 +40,8 @@ def reference(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
 
 
 def paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
-    """The kernel on CUDA, the reference elsewhere."""
-    if q.is_cuda:
-        return torch.ops.yue2.paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens)
-    return reference(q, k_pool, v_pool, block_table, seq_lens)
+    """The Triton kernels on CUDA, the reference elsewhere: one opaque op either way, so torch.compile keeps it."""
+    return torch.ops.yue2.paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens)
 
 
 # ---- the Triton kernels (imported only where CUDA is) -----------------------------------------------------------
@@ -59,12 +59,13 @@ def _launch(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
     lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
     scale = 1.0 / math.sqrt(d)
-    split_kv_attention[(rows, kv, max_splits)](
+    split_kv_attention[(rows, kv, PROGRAMS)](
         q, k_pool, v_pool, block_table, seq_lens, part, lse,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         scale * 1.4426950408889634, GROUPS=groups, GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d,
-        PAGE=page, SPLIT=SPLIT, IEEE=q.dtype == torch.float32)
+        PAGE=page, SPLIT=SPLIT, IEEE=q.dtype == torch.float32, PROGRAMS=PROGRAMS,
+        ROUNDS=triton.cdiv(max_splits, PROGRAMS))
     merge_splits[(rows, heads)](part, lse, seq_lens, out, part.stride(0), part.stride(1), part.stride(2),
                                 lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), D=d, SPLIT=SPLIT,
                                 MAX_SPLITS=triton.cdiv(max_splits, 32) * 32)
@@ -72,14 +73,13 @@ def _launch(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
 
 
 def _register() -> None:
-    """`yue2::paged_decode_attention` as an opaque custom op, so torch.compile keeps the kernel and captures it."""
-    if hasattr(torch.ops, "yue2") and hasattr(torch.ops.yue2, "paged_decode_attention"):
-        return
-
+    """`yue2::paged_decode_attention` as an opaque custom op (reference by default, the kernels on CUDA)."""
     @torch.library.custom_op("yue2::paged_decode_attention", mutates_args=())
     def _op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor,
             seq_lens: torch.Tensor) -> torch.Tensor:
-        return _launch(q, k_pool, v_pool, block_table, seq_lens)
+        return reference(q, k_pool, v_pool, block_table, seq_lens)
+
+    _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
     def _(q, k_pool, v_pool, block_table, seq_lens):

@@ -56,7 +56,7 @@ def test_fast_sampler_is_batch_invariant_on_the_gpu(gpu_model):
     from stages.ar import AREngine
 
     model, cfg = gpu_model
-    engine = AREngine(model, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=True, compile=True)
+    engine = AREngine(model, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=True, compile="forward")
     requests = _requests(cfg)
     together = {r.key: r.ids for r in engine.generate(requests)}
     assert engine.generate(requests)[0].mean_batch > 1
@@ -73,22 +73,32 @@ def test_graph_step_equals_eager_step(gpu_model, sampler):
     model, cfg = gpu_model
     runs = []
     for graphs in (True, False):
-        engine = AREngine(model, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=graphs, compile=True,
-                          sampler=sampler)
+        engine = AREngine(model, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=graphs,
+                          compile="forward", sampler=sampler)
         runs.append({r.key: r.ids for r in engine.generate(_requests(cfg))})
     for key in runs[0]:
         assert np.array_equal(runs[0][key], runs[1][key]), key
 
 
-def test_compiled_step_matches_the_eager_step_closely(gpu_model):
-    """torch.compile fuses the elementwise work; teacher-forced logits stay within BF16 rounding of eager."""
+def test_compiled_step_is_as_close_to_fp32_as_the_eager_step(gpu_model, tiny_ckpt_dir):
+    """torch.compile fuses the elementwise work (other BF16 roundings): its teacher-forced logits must stay as close
+    to an FP32 forward as the eager step's are."""
     from stages.ar import AREngine
+    from stages.transformer import AR, HEAD, ar_prefill, logits
+    from stages.weights import load_model
 
     model, cfg = gpu_model
-    ids = list(range(5, 5 + 40))
-    out = []
-    for compiled in (True, False):
+    root = Path(os.environ.get("FARM_GPU_CKPT", tiny_ckpt_dir))
+    ids = torch.randint(0, cfg.tokens.eod, (200,), generator=torch.Generator().manual_seed(3)).tolist()
+    fp32 = load_model(root / "model", cfg, {AR, HEAD}, device="cuda", dtype=torch.float32)
+    with torch.inference_mode():
+        hidden, _ = ar_prefill(fp32, torch.tensor(ids, device="cuda"))
+        ref = logits(fp32, hidden)[0, 99:-1]
+    del fp32, hidden
+    error = {}
+    for compiled in ("forward", False):
         engine = AREngine(model, cfg.tokens, kv_tokens=2 * cfg.model.context, compile=compiled)
-        engine.prefill(0, ids[:20])
-        out.append(torch.stack([engine.decode({0: t})[0].float() for t in ids[20:]]))
-    assert (out[0] - out[1]).abs().max() < 0.1
+        engine.prefill(0, ids[:100])
+        got = [engine.next_logits[0].float().clone()] + [engine.decode({0: t})[0].float() for t in ids[100:-1]]
+        error[compiled] = (torch.stack(got) - ref).abs().mean().item()
+    assert error["forward"] <= 1.1 * error[False], error
