@@ -1,5 +1,8 @@
-"""Triton kernels behind `paged_attention.paged_decode_attention` (imported only on CUDA hosts, or in the
-interpreter). Scores are kept in base 2: `qk_scale` already holds 1/√d · log₂e."""
+"""Triton kernels behind `paged_attention.decode_attention` (imported only on CUDA hosts, or in the interpreter).
+
+Scores are kept in base 2: `qk_scale` already holds 1/√d · log₂e. A row of length L attends to its L − 1 cached keys
+(the split kernel, span by span) and to the step's own new key (the merge kernel, which also stores that key and its
+value into the row's page: nothing reads that place during the split kernel, so there is no race)."""
 import triton
 import triton.language as tl
 
@@ -9,73 +12,90 @@ def split_kv_attention(Q, K, V, BT, LENS, PART, LSE,
                        sq_r, sq_h, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale,
                        GROUPS: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                        SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, ROUNDS: tl.constexpr):
-    """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row: the query heads of one GQA group
-    against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program computed it."""
+    """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row's cached keys: the query heads of one
+    GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it."""
     row, kvh = tl.program_id(0), tl.program_id(1)
-    length = tl.load(LENS + row)
-    g = tl.arange(0, GROUP_PAD)
-    d = tl.arange(0, D)
-    n = tl.arange(0, PAGE)
-    heads = kvh * GROUPS + g
-    qmask = g < GROUPS
-    q = tl.load(Q + row * sq_r + heads[:, None] * sq_h + d[None, :], mask=qmask[:, None], other=0.0)
-    for r in range(0, ROUNDS):          # a constant bound, a runtime test: spans past the row are skipped
-        split = tl.program_id(2) + r * PROGRAMS
-        start = split * SPLIT
-        if start < length:
-            m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-            total = tl.zeros([GROUP_PAD], tl.float32)
-            acc = tl.zeros([GROUP_PAD, D], tl.float32)
-            for p in range(0, SPLIT // PAGE):
-                pos = start + p * PAGE
-                page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < length, other=0)
-                kmask = pos + n < length
-                offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
-                k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
-                if IEEE:   # FP32 caches: no TF32 rounding
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-                else:
-                    s = tl.dot(q, tl.trans(k)) * qk_scale
-                s = tl.where(kmask[None, :], s, float("-inf"))
-                m_new = tl.maximum(m, tl.max(s, 1))
-                alpha = tl.exp2(m - m_new)
-                weights = tl.exp2(s - m_new[:, None])
-                total = total * alpha + tl.sum(weights, 1)
-                v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-                if IEEE:
-                    acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
-                else:
-                    acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
-                m = m_new
-            out = acc / total[:, None]
-            tl.store(PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :], out, mask=qmask[:, None])
-            tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
+    past = tl.load(LENS + row) - 1
+    if past > tl.program_id(2) * SPLIT:
+        g = tl.arange(0, GROUP_PAD)
+        d = tl.arange(0, D)
+        n = tl.arange(0, PAGE)
+        heads = kvh * GROUPS + g
+        qmask = g < GROUPS
+        q = tl.load(Q + row * sq_r + heads[:, None] * sq_h + d[None, :], mask=qmask[:, None], other=0.0)
+        for r in range(0, ROUNDS):      # a constant bound and a runtime test: spans past the row are skipped
+            split = tl.program_id(2) + r * PROGRAMS
+            start = split * SPLIT
+            if start < past:
+                m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+                total = tl.zeros([GROUP_PAD], tl.float32)
+                acc = tl.zeros([GROUP_PAD, D], tl.float32)
+                for p in range(0, SPLIT // PAGE):
+                    pos = start + p * PAGE
+                    page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < past, other=0)
+                    kmask = pos + n < past
+                    offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
+                    k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+                    if IEEE:   # FP32 caches: no TF32 rounding
+                        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+                    else:
+                        s = tl.dot(q, tl.trans(k)) * qk_scale
+                    s = tl.where(kmask[None, :], s, float("-inf"))
+                    m_new = tl.maximum(m, tl.max(s, 1))
+                    alpha = tl.exp2(m - m_new)
+                    weights = tl.exp2(s - m_new[:, None])
+                    total = total * alpha + tl.sum(weights, 1)
+                    v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
+                    if IEEE:
+                        acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
+                    else:
+                        acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
+                    m = m_new
+                part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
+                tl.store(part, acc / total[:, None], mask=qmask[:, None])
+                tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
 
 
 @triton.jit
-def merge_splits(PART, LSE, LENS, OUT, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h,
-                 D: tl.constexpr, SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr):
-    """Program (row, head): merge the row's spans in order, 32 at a time (a fixed order: batch-invariant).
-    Spans past the row's length are masked (no memory traffic), so the loop bound can be a constant."""
+def merge_and_store(Q, KN, VN, K, V, BT, LENS, PART, LSE, OUT,
+                    sq_r, sq_h, skn_r, skn_h, svn_r, svn_h, sk_p, sk_h, sk_t, sbt_r,
+                    sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale,
+                    GROUPS: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr,
+                    MAX_SPLITS: tl.constexpr):
+    """Program (row, head): the new key first, then the row's spans in order, 32 at a time (a fixed order, so
+    batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
     row, head = tl.program_id(0), tl.program_id(1)
     length = tl.load(LENS + row)
-    splits = tl.cdiv(length, SPLIT)
     d = tl.arange(0, D)
-    c = tl.arange(0, 32)
-    m = tl.full([], float("-inf"), tl.float32)
-    total = tl.zeros([], tl.float32)
-    acc = tl.zeros([D], tl.float32)
-    for first in range(0, MAX_SPLITS, 32):
-        s = first + c
-        smask = s < splits
-        lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"))
-        m_new = tl.maximum(m, tl.max(lse, 0))
-        alpha = tl.exp2(m - m_new)
-        w = tl.where(smask, tl.exp2(lse - m_new), 0.0)
-        part = tl.load(PART + row * sp_r + head * sp_h + s[:, None] * sp_s + d[None, :], mask=smask[:, None],
-                       other=0.0)
-        acc = acc * alpha + tl.sum(part * w[:, None], 0)
-        total = total * alpha + tl.sum(w, 0)
-        m = m_new
-    out = tl.where(total > 0, acc / tl.maximum(total, 1e-30), 0.0)
-    tl.store(OUT + row * so_r + head * so_h + d, out.to(OUT.dtype.element_ty))
+    if length > 0:
+        kvh = head // GROUPS
+        q = tl.load(Q + row * sq_r + head * sq_h + d).to(tl.float32)
+        k_new = tl.load(KN + row * skn_r + kvh * skn_h + d)
+        v_new = tl.load(VN + row * svn_r + kvh * svn_h + d)
+        m = tl.sum(q * k_new.to(tl.float32), 0) * qk_scale
+        total = tl.full([], 1.0, tl.float32)
+        acc = v_new.to(tl.float32)
+        splits = tl.cdiv(length - 1, SPLIT)
+        c = tl.arange(0, 32)
+        for first in range(0, MAX_SPLITS, 32):
+            if first < splits:
+                s = first + c
+                smask = s < splits
+                lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"))
+                m_new = tl.maximum(m, tl.max(lse, 0))
+                alpha = tl.exp2(m - m_new)
+                w = tl.where(smask, tl.exp2(lse - m_new), 0.0)
+                part = tl.load(PART + row * sp_r + head * sp_h + s[:, None] * sp_s + d[None, :],
+                               mask=smask[:, None], other=0.0)
+                acc = acc * alpha + tl.sum(part * w[:, None], 0)
+                total = total * alpha + tl.sum(w, 0)
+                m = m_new
+        tl.store(OUT + row * so_r + head * so_h + d, (acc / total).to(OUT.dtype.element_ty))
+        if head % GROUPS == 0:
+            pos = length - 1
+            page_id = tl.load(BT + row * sbt_r + pos // PAGE).to(tl.int64)
+            place = page_id * sk_p + kvh * sk_h + (pos % PAGE) * sk_t + d
+            tl.store(K + place, k_new)
+            tl.store(V + place, v_new)
+    else:
+        tl.store(OUT + row * so_r + head * so_h + d, tl.zeros([D], tl.float32).to(OUT.dtype.element_ty))

@@ -26,7 +26,7 @@ import torch
 from . import fast_sampling, sampling
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
-from .paged_attention import paged_decode_attention
+from .paged_attention import decode_attention
 from .protocol import check_context
 from .transformer import (AR, BranchWeights, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits,
                           rope_tables)
@@ -75,7 +75,7 @@ class _Live:
 
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
-                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool | str = False, block: int = 16):
+                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16):
         """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
         graph replay and per host read in the fast mode."""
         if sampler not in SAMPLERS:
@@ -96,13 +96,10 @@ class AREngine:
         self.free_slots = deque(range(slots))
         self.live: list[_Live] = []
         self.weights, self.dims = branch_weights(model, AR), dims(cfg)
-        self._head, self._tail, self._draw, self._forward = _step_head, _step_tail, fast_sampling.draw, self.forward
-        if compile:   # compiled once per process and shape, shared by every engine
-            self._draw = _compiled(fast_sampling.draw)
-            if compile == "forward":
-                self._forward = torch.compile(self.forward, fullgraph=True, dynamic=False)
-            else:
-                self._head, self._tail = _compiled(_step_head), _compiled(_step_tail)
+        self._head, self._tail, self._draw = _step_head, _step_tail, fast_sampling.draw
+        if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
+            self._draw, self._head, self._tail = (_compiled(fast_sampling.draw), _compiled(_step_head),
+                                                  _compiled(_step_tail))
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
             self._capture()
@@ -194,26 +191,22 @@ class AREngine:
 
     # ---- the device step ------------------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, go: torch.Tensor) -> torch.Tensor:
-        """One token per slot at its position; slots with `go` false write to the trash page and read nothing.
+        """One token per slot at its position; slots with `go` false read and write nothing.
         tokens, positions [S] int64, go [S] bool → logits [S, V] (model dtype)."""
         kv = self.kv
-        page = kv.block_table.gather(1, (positions // kv.page).clamp(max=kv.per_slot - 1)[:, None])[:, 0].long()
-        page = torch.where(go, page, torch.zeros_like(page))
-        offset = positions % kv.page
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
         cos, sin = rope_tables(positions[:, None], self.cfg, self.dtype)       # [S, 1, D]
         for i, w in enumerate(self.weights):
             q, k, v = self._head(x, w.in_norm, w.qkv, w.q_norm, w.k_norm, cos, sin, self.dims)
-            kv.write(i, page, offset, k[:, :, 0], v[:, :, 0])
-            out = paged_decode_attention(q[:, :, 0], kv.k[i], kv.v[i], kv.block_table, seq_lens)
+            out = decode_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0], kv.k[i], kv.v[i], kv.block_table, seq_lens)
             x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
         return logits(self.model, x[:, 0])
 
     def _feed(self) -> None:
         """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits`."""
         go = self.table.active
-        self.next_logits.copy_(self._forward(self.tokens, self.lengths, go))
+        self.next_logits.copy_(self.forward(self.tokens, self.lengths, go))
         self.lengths.add_(go.long())
 
     def _device_step(self, j: int) -> None:

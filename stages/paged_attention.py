@@ -1,13 +1,15 @@
 """Decode attention over a paged KV cache: one query per row, each row reading only its own live keys.
 
 The cache of one layer is a pool of pages `[pages, kv_heads, page, head_dim]`; a row's keys live in the pages its
-block-table row names, in order. A step's query row r attends to its first `seq_lens[r]` keys (0 = an idle row,
-whose output is zeros and which reads nothing).
+block-table row names, in order. A step's row r brings its own new key and value (position seq_lens[r] − 1), which
+are stored into its page, and its query attends to all seq_lens[r] keys (0 = an idle row: nothing is read or
+stored, and its output is zeros).
 
 On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the keys of a row are cut into spans of
 `SPLIT`; a program handles one row, one KV head (all the query heads of its GQA group at once) and every
 `PROGRAMS`-th span of that row, so the grid does not grow with the cache while idle rows cost one load; a second
-kernel merges the spans in order. The number of spans depends only on the row's own length, so a row's numbers never depend on which other
+kernel merges the new key and the spans in order and stores the new key and value (two launches per layer, the
+cache write included). The number of spans depends only on the row's own length, so a row's numbers never depend on which other
 rows share the step (batch invariance). PyTorch's SDPA cannot skip the padding of other rows, and FlexAttention's
 block masks would have to be rebuilt every step; `farm bench ar` measures this kernel against SDPA over the padded
 cache. On the CPU the same maths runs in plain PyTorch (tests, tiny models).
@@ -22,15 +24,19 @@ SPLIT = 128          # keys per span: short rows still spread over several progr
 PROGRAMS = 16        # programs per (row, KV head); each takes every PROGRAMS-th span of its row
 
 
-def reference(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
-    """Plain PyTorch, row by row (each row's reductions see only its own keys, so rows never affect each other):
-    q [R, H, D]; pools [P, KV, page, D]; block_table [R, max_pages] int; seq_lens [R] → [R, H, D]."""
+def reference(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+    """Plain PyTorch, row by row (each row's reductions see only its own keys, so rows never affect each other).
+    q [R, H, D]; k_new, v_new [R, KV, D]; pools [P, KV, page, D] (written in place); block_table [R, max_pages]
+    int; seq_lens [R] → [R, H, D]."""
     rows, heads, d = q.shape
     kv, page = k_pool.shape[1], k_pool.shape[2]
     out = torch.zeros_like(q)
     for r, length in enumerate(seq_lens.tolist()):
         if length == 0:
             continue
+        place = int(block_table[r, (length - 1) // page]), (length - 1) % page
+        k_pool[place[0], :, place[1]] = k_new[r]
+        v_pool[place[0], :, place[1]] = v_new[r]
         table = block_table[r, :-(-length // page)].long()
         k = k_pool[table].permute(1, 0, 2, 3).reshape(kv, -1, d)[:, :length]
         v = v_pool[table].permute(1, 0, 2, 3).reshape(kv, -1, d)[:, :length]
@@ -39,17 +45,18 @@ def reference(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
     return out
 
 
-def paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
-    """The Triton kernels on CUDA, the reference elsewhere: one opaque op either way, so torch.compile keeps it."""
-    return torch.ops.yue2.paged_decode_attention(q, k_pool, v_pool, block_table, seq_lens)
+def decode_attention(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+    """Store each row's new key and value, then attend. The Triton kernels on CUDA, the reference elsewhere: one
+    opaque op either way."""
+    return torch.ops.yue2.decode_attention(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens)
 
 
 # ---- the Triton kernels (imported only where CUDA is) -----------------------------------------------------------
 
-def _launch(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+def _launch(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
     import triton
 
-    from ._paged_attention_triton import merge_splits, split_kv_attention
+    from ._paged_attention_triton import merge_and_store, split_kv_attention
 
     rows, heads, d = q.shape
     kv, page = k_pool.shape[1], k_pool.shape[2]
@@ -58,31 +65,33 @@ def _launch(q, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
     part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=q.device)
     lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=q.device)
     out = torch.empty_like(q)
-    scale = 1.0 / math.sqrt(d)
+    qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
     split_kv_attention[(rows, kv, PROGRAMS)](
         q, k_pool, v_pool, block_table, seq_lens, part, lse,
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-        scale * 1.4426950408889634, GROUPS=groups, GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d,
-        PAGE=page, SPLIT=SPLIT, IEEE=q.dtype == torch.float32, PROGRAMS=PROGRAMS,
-        ROUNDS=triton.cdiv(max_splits, PROGRAMS))
-    merge_splits[(rows, heads)](part, lse, seq_lens, out, part.stride(0), part.stride(1), part.stride(2),
-                                lse.stride(0), lse.stride(1), out.stride(0), out.stride(1), D=d, SPLIT=SPLIT,
-                                MAX_SPLITS=triton.cdiv(max_splits, 32) * 32)
+        qk_scale, GROUPS=groups, GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d, PAGE=page, SPLIT=SPLIT,
+        IEEE=q.dtype == torch.float32, PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS))
+    merge_and_store[(rows, heads)](
+        q, k_new, v_new, k_pool, v_pool, block_table, seq_lens, part, lse, out,
+        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
+        k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
+        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        qk_scale, GROUPS=groups, D=d, PAGE=page, SPLIT=SPLIT, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32)
     return out
 
 
 def _register() -> None:
-    """`yue2::paged_decode_attention` as an opaque custom op (reference by default, the kernels on CUDA)."""
-    @torch.library.custom_op("yue2::paged_decode_attention", mutates_args=())
-    def _op(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor,
-            seq_lens: torch.Tensor) -> torch.Tensor:
-        return reference(q, k_pool, v_pool, block_table, seq_lens)
+    """`yue2::decode_attention` as an opaque custom op (the reference by default, the kernels on CUDA)."""
+    @torch.library.custom_op("yue2::decode_attention", mutates_args=("k_pool", "v_pool"))
+    def _op(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
+            block_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
+        return reference(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens)
 
     _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
-    def _(q, k_pool, v_pool, block_table, seq_lens):
+    def _(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens):
         return torch.empty_like(q)
 
 
