@@ -54,19 +54,23 @@ def rendered(ray_cluster, album, tiny_ckpt_dir, tmp_path_factory):
     return out, result
 
 
-@pytest.fixture(scope="module")
-def sequential(album, tiny_ckpt_dir):
+def sequential_songs(album, tiny_ckpt_dir, sampler: str) -> dict:
     """Each track through the in-process sequential path, same seeds and settings: folder → file bytes."""
     from farm.album import load_album
     from stages.song import SongEngines, open_checkpoint, render_song
 
     ckpt = open_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
-    engines = SongEngines(ckpt)
+    engines = SongEngines(ckpt, sampler=sampler)
     out = {}
     for track in load_album(album).tracks:
-        song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg), key=track.folder)
+        song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg, sampler), key=track.folder)
         out[track.folder] = artifacts.song_files(song)
     return out
+
+
+@pytest.fixture(scope="module")
+def sequential(album, tiny_ckpt_dir):
+    return sequential_songs(album, tiny_ckpt_dir, "fast")
 
 
 def test_album_renders_byte_identical_to_the_sequential_path(rendered, sequential):
@@ -102,13 +106,16 @@ def test_album_outputs(rendered):
 
 
 def test_exact_mode_is_the_sequential_path_too(ray_cluster, album, tiny_ckpt_dir, sequential, tmp_path):
+    """--exact: the reference sampler in the farm equals the sequential path with the reference sampler, and the
+    two samplers give different songs for the same seed."""
     out = tmp_path / "exact"
     result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), exact=True,
                                                cluster=PROFILES / "ci.toml", progress=False))
     assert not result.failures
     assert all(e.batch == 1.0 for e in result.events)
-    for folder, files in sequential.items():
+    for folder, files in sequential_songs(album, tiny_ckpt_dir, "exact").items():
         assert (out / folder / "audio.flac").read_bytes() == files["audio.flac"]
+        assert (out / folder / "semantic.npy").read_bytes() != sequential[folder]["semantic.npy"]
 
 
 def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):

@@ -1,0 +1,27 @@
+"""`farm bench ar` end to end on the tiny checkpoint (CPU): the command runs, reports every point it was asked
+for, finds the engine batch-invariant, and writes the headline keys into a summary file. (Its timings mean nothing
+here; the H200 figures are in docs/benchmarks.md.)"""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from farm.cli import app
+
+
+def test_bench_ar_reports_points_invariance_numerics_and_summary(tiny_ckpt_dir, tmp_path):
+    report, summary = tmp_path / "ar.json", tmp_path / "summary.json"
+    summary.write_text(json.dumps({"song_s": {"value": 1.0, "gpu": "x", "date": "d", "command": "c"}}))
+    r = CliRunner().invoke(app, ["bench", "ar", "--model", str(tiny_ckpt_dir), "--device", "cpu", "--rows", "1",
+                                 "--rows", "3", "--blocks", "1", "--numerics-tokens", "80", "--json", str(report),
+                                 "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    data = json.loads(report.read_text())
+    assert [(x["scenario"], x["rows"]) for x in data["rows"]] == [
+        (s, n) for s in ("prompt-450", "plan-ref", "semantic-ref") for n in (1, 3)]
+    assert data["invariance"]["identical"]
+    assert data["numerics"]["fast_step"]["max_abs"] < 1e-4          # tiny is FP32: the step equals the forward
+    keys = json.loads(summary.read_text())
+    assert keys["song_s"]["value"] == 1.0                             # kept
+    assert keys["ar_b1_tok_s"]["value"] > 0 and keys["ar_b1_tok_s"]["command"].startswith("farm ")
