@@ -1,7 +1,7 @@
 """From the planner's `Plan` to running workers: one actor per card, hosting the stages placed on it.
 
-plan and semantic on a card share one AR engine (the same weights serve both). In `--exact` mode every engine
-handles one track at a time, which is the sequential path's numerics.
+plan and semantic on a card share one AR engine (the same weights serve both). In `--exact` mode the AR engines run
+the reference sampler, one track at a time.
 """
 from __future__ import annotations
 

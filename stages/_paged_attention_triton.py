@@ -1,7 +1,7 @@
 """Triton kernels behind `paged_attention.decode_attention` (imported only on CUDA hosts, or in the interpreter).
 
-Scores are kept in base 2: `qk_scale` already holds 1/√d · log₂e. A row of length L attends to its L − 1 cached keys
-(the split kernel, span by span) and to the step's own new key (the merge kernel, which also stores that key and its
+Scores are kept in base 2: `qk_scale` already holds 1/√d · log₂e. A row of length L attends to its L − 1 cached
+keys (the split kernel, span by span) and to the step's own new key (the merge kernel, which also stores that key and its
 value into the row's page: nothing reads that place during the split kernel, so there is no race)."""
 import triton
 import triton.language as tl

@@ -9,10 +9,10 @@ On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the keys o
 `SPLIT`; a program handles one row, one KV head (all the query heads of its GQA group at once) and every
 `PROGRAMS`-th span of that row, so the grid does not grow with the cache while idle rows cost one load; a second
 kernel merges the new key and the spans in order and stores the new key and value (two launches per layer, the
-cache write included). The number of spans depends only on the row's own length, so a row's numbers never depend on which other
-rows share the step (batch invariance). PyTorch's SDPA cannot skip the padding of other rows, and FlexAttention's
-block masks would have to be rebuilt every step; `farm bench ar` measures this kernel against SDPA over the padded
-cache. On the CPU the same maths runs in plain PyTorch (tests, tiny models).
+cache write included). The number of spans depends only on the row's own length, so a row's numbers never depend
+on which other rows share the step (batch invariance). SDPA over a padded cache reads every row up to the longest;
+`farm bench ar` measures the two side by side. On the CPU the same maths runs in plain PyTorch (tests, tiny
+models). docs/ar-engine.md says more.
 """
 from __future__ import annotations
 

@@ -253,7 +253,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = 
 
 
 def ar_prefill(model: YuE2, ids: torch.Tensor):
-    """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per layer)."""
+    """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per
+    layer)."""
     positions = torch.arange(ids.shape[0], device=ids.device)
     x = model.model.embed_tokens(ids)[None]
     cos, sin = rope_tables(positions, model.cfg, x.dtype)
