@@ -76,11 +76,26 @@ class AlbumSpec:
         return slugify(self.title) or "album"
 
 
+def track_folder(number: int, title: str) -> str:
+    slug = slugify(title)
+    return f"{number:02d}-{slug}" if slug else f"{number:02d}-track"
+
+
+SLUG_BYTES = 80          # well under every filesystem's 255-byte name limit, with room for "NN-" and temp suffixes
+RESERVED = {"con", "prn", "aux", "nul", *(f"com{i}" for i in range(1, 10)), *(f"lpt{i}" for i in range(1, 10))}
+
+
 def slugify(title: str) -> str:
-    """Readable, filesystem-safe: NFC, lower case, letters and digits of any script kept, the rest become '-'."""
+    """A folder name from a title: NFC, lower case, letters and digits of any script kept, the rest '-', at most
+    SLUG_BYTES bytes of UTF-8 (cut between characters). Never a separator, a leading dot or a device name; may be
+    empty (the caller names the folder otherwise). The title itself is kept as written in the manifest."""
     text = unicodedata.normalize("NFC", title).casefold()
     text = re.sub(r"[^\w]+", "-", text, flags=re.UNICODE).replace("_", "-")
-    return re.sub(r"-{2,}", "-", text).strip("-")[:80]
+    text = re.sub(r"-{2,}", "-", text).strip("-")
+    while len(text.encode("utf-8")) > SLUG_BYTES:
+        text = text[:-1]
+    text = text.rstrip("-")
+    return f"{text}-" if text in RESERVED else text
 
 
 def load_album(path: str | Path) -> AlbumSpec:
@@ -159,11 +174,8 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
     _check_fields(raw, TRACK_KEYS, where, problems)
     if not isinstance(title, str) or not title.strip():
         problems.append(f"{where}: title: required, a non-empty string")
-    elif re.search(r"[/\\\x00-\x1f\x7f]", title) or title.strip() in (".", "..") or title.strip().startswith("."):
-        problems.append(f"{where}: title: must not contain path separators or control characters, nor start "
-                        f"with '.' (it names the track's folder)")
-    elif not slugify(title):
-        problems.append(f"{where}: title: needs at least one letter or digit (it names the track's folder)")
+    elif not title.isprintable():
+        problems.append(f"{where}: title: must be printable text (no control characters or line breaks)")
     merged = {**defaults, **raw}
     lyrics = _text_field(raw, "lyrics", "lyrics_file", spec_path, where, problems, required=True)
     if lyrics is not None and not lyrics.strip():
@@ -184,7 +196,7 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
     seed = merged.get("seed", DEFAULT_SEED) + (0 if "seed" in raw else number - 1)
     sampling = {k: {**defaults.get("sampling", {}).get(k, {}), **raw.get("sampling", {}).get(k, {})}
                 for k in ("plan", "semantic")}
-    return TrackSpec(number=number, title=title.strip(), folder=f"{number:02d}-{slugify(title)}", style=style,
+    return TrackSpec(number=number, title=title.strip(), folder=track_folder(number, title.strip()), style=style,
                      lyrics=lyrics, cot=cot, seed=seed, guidance=merged.get("guidance"), abc=abc, abc_ids=abc_ids,
                      max_semantic_tokens=merged.get("max_semantic_tokens"), sampling=sampling)
 
@@ -229,10 +241,8 @@ def _check_unique(tracks: list[TrackSpec | None], where: str, problems: list[str
     for t in tracks:
         if t is None:
             continue
-        key = slugify(t.title)
+        key = unicodedata.normalize("NFC", t.title).casefold()
         if key in seen:
-            first = seen[key]
-            problems.append(f"{where}: {t.label}: title: duplicates {first.label} (both would be folder "
-                            f"'{key}'); titles must be unique")
+            problems.append(f"{where}: {t.label}: title: the same as {seen[key].label}; titles must be unique")
         else:
             seen[key] = t

@@ -49,7 +49,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
         title = "Three"
         lyrics = "   "
         [[tracks]]
-        title = "../../etc/passwd"
+        title = "Bell\\u0007Ringer"
         lyrics = "la"
         [[tracks]]
         title = "one"
@@ -68,7 +68,7 @@ def test_every_problem_is_reported_at_once(tmp_path):
         f'{path}: track 1 "One": seed: must be int, got str \'seven\'',
         f"{path}: track 2: title: required, a non-empty string",
         f'{path}: track 3 "Three": lyrics: empty',
-        f'{path}: track 4 "../../etc/passwd": title: must not contain path separators',
+        f'{path}: track 4 "Bell\x07Ringer": title: must be printable text',
         f'{path}: track 5 "one": lyrics_file: file not found: {tmp_path / "missing.txt"}',
         f'{path}: track 6 "Six": cot: must be one of full, melody, off, got \'loud\'',
     ]
@@ -85,11 +85,26 @@ def test_duplicate_titles_and_folder_collisions(tmp_path):
         title = "Rain"
         lyrics = "a"
         [[tracks]]
-        title = "RAIN!"
+        title = "RAIN"
         lyrics = "b"
         ''')
     (line,) = problems(path)
-    assert 'track 2 "RAIN!": title: duplicates track 1 "Rain"' in line
+    assert 'track 2 "RAIN": title: the same as track 1 "Rain"' in line
+
+
+def test_any_printable_title_gets_a_safe_bounded_folder(tmp_path):
+    """Titles are metadata: kept as written; folders are unique, bounded in bytes, never a path or a device."""
+    titles = ["24/7", "AC/DC Tribute", "...Baby One More Time", "../../etc/passwd", "CON", "???", "!!!",
+              "𐍈" * 200, "Rain", "rain!"]
+    body = "".join(f'[[tracks]]\ntitle = {t!r}\nlyrics = "la"\n'.replace("'", '"') for t in titles)
+    album = load_album(write(tmp_path, f'title = "Odd"\n[defaults]\nstyle = "pop"\n{body}'))
+    assert [t.title for t in album.tracks] == titles
+    folders = [t.folder for t in album.tracks]
+    assert folders[:7] == ["01-24-7", "02-ac-dc-tribute", "03-baby-one-more-time", "04-etc-passwd", "05-con-",
+                           "06-track", "07-track"]
+    assert len(set(folders)) == len(folders)
+    assert all(len(f.encode()) <= 84 and "/" not in f and not f.startswith(".") for f in folders)
+    assert len(folders[7].encode()) > 60
 
 
 @pytest.mark.parametrize("body, message", [
@@ -98,7 +113,6 @@ def test_duplicate_titles_and_folder_collisions(tmp_path):
     ('title = "A"\n[[tracks]]\ntitle = "x"\nlyrics = "a"\n', 'track 1 "x": style: required'),
     ('title = "A"\n[[tracks]]\ntitle = "x"\nstyle = 3\nlyrics = "a"\n', "style: must be str, got int 3"),
     ('title = "A"\n[[tracks]]\ntitle = "x"\nstyle = "s"\nlyrics = "a"\nlyrics_file = "b"\n', "not both"),
-    ('title = "A"\n[[tracks]]\ntitle = ".hidden"\nstyle = "s"\nlyrics = "a"\n', "start with '.'"),
     ('title = "A"\n[[tracks]]\ntitle = "x"\nstyle = "s"\nlyrics = "a"\ncot = "off"\nabc = "X:1"\n',
      "a given score needs cot full or melody"),
     ('title = "A"\n[[tracks]]\ntitle = "x"\nstyle = "s"\nlyrics = "a"\n[tracks.sampling.plan]\ntop_k = 2.5\n',
