@@ -27,7 +27,7 @@ from pathlib import Path
 
 from stages.protocol import COT_MODES, DEFAULT_SEED
 
-from .errors import UserError
+from .errors import UserError, read_user_text
 
 TRACK_KEYS = {"title", "style", "lyrics", "lyrics_file", "cot", "seed", "guidance", "abc", "abc_file",
               "max_semantic_tokens", "sampling"}
@@ -100,11 +100,13 @@ def slugify(title: str) -> str:
 
 def load_album(path: str | Path) -> AlbumSpec:
     path = Path(path)
+    if not path.exists():
+        raise AlbumError([f"{path}: no such album spec"])
     try:
-        data = tomllib.loads(path.read_text(encoding="utf-8"))
-    except FileNotFoundError:
-        raise AlbumError([f"{path}: no such album spec"]) from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as exc:
+        data = tomllib.loads(read_user_text(path, "album spec"))
+    except UserError as exc:
+        raise AlbumError([str(exc)]) from None
+    except tomllib.TOMLDecodeError as exc:
         raise AlbumError([f"{path}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
     where = str(path)
@@ -191,8 +193,8 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
     cot = merged.get("cot", "full")
     if (abc is not None or abc_ids is not None) and cot == "off":
         problems.append(f"{where}: abc: a given score needs cot full or melody")
-    if len(problems) > before:
-        return None
+    if len(problems) > before or not isinstance(merged.get("seed", DEFAULT_SEED), int):
+        return None                  # (a bad [defaults] value is reported once, with the defaults)
     seed = merged.get("seed", DEFAULT_SEED) + (0 if "seed" in raw else number - 1)
     sampling = {k: {**defaults.get("sampling", {}).get(k, {}), **raw.get("sampling", {}).get(k, {})}
                 for k in ("plan", "semantic")}
@@ -209,13 +211,10 @@ def _text_field(raw: dict, inline: str, file_key: str, spec_path: Path, where: s
     if isinstance(raw.get(inline), str):
         return raw[inline]
     if isinstance(raw.get(file_key), str):
-        file = spec_path.parent / raw[file_key]
         try:
-            return file.read_text(encoding="utf-8")
-        except FileNotFoundError:
-            problems.append(f"{where}: {file_key}: file not found: {file}")
-        except (UnicodeDecodeError, IsADirectoryError):
-            problems.append(f"{where}: {file_key}: not a UTF-8 text file: {file}")
+            return read_user_text(spec_path.parent / raw[file_key], f"{where}: {file_key}")
+        except UserError as exc:
+            problems.append(str(exc))
         return None
     if required and inline not in raw and file_key not in raw:
         problems.append(f"{where}: {inline}: required ({inline} = \"\"\"…\"\"\" or {file_key} = \"path\")")

@@ -99,7 +99,7 @@ def render(
     exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with a per-track "
                                              "generator), one track at a time per AR worker; slower, other songs.")]
     = False,
-    threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.")] = 1,
+    threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.", min=1)] = 1,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
                                                        "stage: your placement instead of the planner's.")] = None,
     dashboard: Annotated[bool, typer.Option(help="Serve the live page while the album renders.")] = False,
@@ -167,7 +167,8 @@ def inventory(
 
 
 AlbumOpt = Annotated[Path | None, typer.Option(help="Plan for this album's tracks (their token budgets).")]
-TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded lengths instead (default 12).")]
+TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded lengths instead (default 12).",
+                                              min=1)]
 ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); default: this "
                                                       "host's GPUs.")]
 

@@ -23,7 +23,7 @@ from .errors import UserError
 from .jobs import FromStore, StageEvent, TrackJob, album_jobs
 from .models import resolve_model
 from .progress import Board
-from .store import Store
+from .store import open_store
 
 
 @dataclass(frozen=True)
@@ -54,21 +54,51 @@ class RenderResult:
 
 
 def prepare(album_path: Path, opts: RenderOptions):
-    """Everything that can fail on bad input, before Ray starts or anything is written."""
+    """Everything that can fail on bad input, before Ray starts or anything is written: the spec, the checkpoint
+    (headers), every track against it, the profile, the flags, and last the output location (a probe write)."""
     from stages.song import open_checkpoint
+    from stages.weights import verify_checkpoint
 
     from .identity import checkpoint_identity
 
     album = load_album(album_path)
-    paths = resolve_model(opts.model or album.model or "tiny", opts.vae)
+    paths = resolve_model(opts.model or album.model or "tiny", opts.vae,
+                          flag="--model" if opts.model else f"{album.path}: model")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
     identity = checkpoint_identity(paths)
     jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
+    check_options(opts)
     out = opts.out or f"out/{album.slug}"
-    if out.startswith("memory://"):
-        raise UserError("--out memory://… cannot work: fsspec's memory filesystem lives inside one process, and "
-                        "the stage workers are other processes; use a local path or an object store (s3://, gs://)")
-    return album, paths, ckpt, identity, jobs, Store(out)
+    store = open_store(out, "--out" if opts.out else "the default output folder")
+    if not opts.force and not trackstore.is_album_folder(store, [j.key for j in jobs]):
+        raise UserError(f"--out {store.url} holds files that are not this album's; choose an empty or new folder, "
+                        f"or pass --force to render into it anyway")
+    return album, paths, ckpt, identity, jobs, store
+
+
+def check_options(opts: RenderOptions) -> None:
+    """Flags that would otherwise fail only after Ray has started and the weights have loaded."""
+    from cluster.profiles import load_profile
+
+    from .jobs import STAGES
+
+    if opts.threads < 1:
+        raise UserError(f"--threads must be >= 1, got {opts.threads}")
+    if opts.cluster is not None:
+        load_profile(opts.cluster)
+    for pin in opts.pins:
+        stage, sep, card = pin.partition("=")
+        if not sep or not card or stage not in STAGES:
+            raise UserError(f"--pin {pin}: expected STAGE=CARD with STAGE one of {', '.join(STAGES)}")
+    if opts.dashboard is not None:
+        from .dashboard.server import check_port
+
+        check_port(*opts.dashboard)
+    if opts.address:
+        from .raycluster import check_address
+
+        check_address(opts.address)
 
 
 def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:

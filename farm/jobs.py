@@ -78,6 +78,16 @@ class StageEvent:
     queue_wait: float = 0.0       # seconds from ready (its previous stage done) to start: slot waits + worker queue
 
 
+def track_shape(request: SongRequest, settings: SongSettings, title: str, prompt_tokens: int):
+    """The planner's view of one track (cluster.workload.TrackShape): its token budgets, its real plan prompt, and
+    its CFG branches by the request's own guidance rule. The one builder for `farm render` and `farm plan`."""
+    from cluster.workload import TrackShape
+
+    return TrackShape(settings.semantic.max_tokens / 25.0,
+                      settings.plan.max_tokens if request.has_plan_stage else 0, settings.semantic.max_tokens,
+                      prompt_tokens=prompt_tokens, title=title, cfg_branches=2 if request.cfg_scale != 1.0 else 1)
+
+
 def track_settings(track: TrackSpec, cfg, sampler: str = "fast") -> SongSettings:
     """The checkpoint's defaults, then the album's and the track's overrides (validated)."""
     base = default_settings(cfg, max_semantic_tokens=track.max_semantic_tokens, sampler=sampler)

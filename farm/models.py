@@ -62,8 +62,9 @@ def ensure_tiny() -> ModelPaths:
     return paths
 
 
-def resolve_model(spec: str, vae: str | Path | None = None) -> ModelPaths:
-    """`tiny`, a directory holding model/ and vae/ (what init-checkpoint writes), or a model dir plus --vae DIR."""
+def resolve_model(spec: str, vae: str | Path | None = None, flag: str = "--model") -> ModelPaths:
+    """`tiny`, a directory holding model/ and vae/ (what init-checkpoint writes), or a model dir plus --vae DIR.
+    `flag` names where the choice came from in errors (the option, or an album spec's `model` field)."""
     if spec == "tiny" and vae is None:
         return ensure_tiny()
     root = Path(spec).expanduser()
@@ -73,5 +74,5 @@ def resolve_model(spec: str, vae: str | Path | None = None) -> ModelPaths:
         if vae is None:
             raise ModelError(f"{root} is a model directory without a VAE: pass --vae DIR")
         return ModelPaths(root, Path(vae).expanduser())
-    raise ModelError(f"--model {spec}: not 'tiny' and not a checkpoint directory (expected model/ and vae/ inside, "
+    raise ModelError(f"{flag} {spec}: not 'tiny' and not a checkpoint directory (expected model/ and vae/ inside, "
                      f"or a config.json with --vae)")

@@ -22,7 +22,7 @@ def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, 
         return pinned_plan(runtime, jobs, pins, exact)
     gpus = [d for d in runtime.inventory if not d.is_cpu]
     shape = ModelShape.yue2_3b() if gpus or ckpt.cfg.name == "yue2-3b" else ModelShape.tiny()
-    tracks = [track_shape(job, shape, reference=shape.name != ckpt.cfg.name) for job in jobs]
+    tracks = [track_shape_of(job, ckpt, reference=shape.name != ckpt.cfg.name) for job in jobs]
     from .planning import options_for
 
     batch = 1 if exact else PlanOptions().max_batch
@@ -77,14 +77,17 @@ def describe(plan) -> str:
     return "Placement pinned by --pin:\n" + "\n".join(f"  - {r}" for r in plan.reasons)
 
 
-def track_shape(job: TrackJob, shape: ModelShape, reference: bool) -> TrackShape:
-    """The planner's view of a track: its token budgets (a reference-length track when planning for yue2-3b
-    shapes with a smaller checkpoint)."""
+def track_shape_of(job: TrackJob, ckpt, reference: bool) -> TrackShape:
+    """The planner's view of a track: its token budgets and real prompt (a reference-length track when planning
+    for yue2-3b shapes with a smaller checkpoint)."""
+    from stages.protocol import plan_prefix
+
+    from .jobs import track_shape
+
     if reference:
         return TrackShape.reference()
-    s = job.settings
-    return TrackShape(s.semantic.max_tokens / 25.0, s.plan.max_tokens, s.semantic.max_tokens,
-                      cfg_branches=2 if job.request.cfg_scale != 1.0 else 1, title=job.title)
+    prompt = len(plan_prefix(job.request, ckpt.tokenizer, ckpt.cfg.tokens))
+    return track_shape(job.request, job.settings, job.title, prompt)
 
 
 def ar_geometry(jobs: list[TrackJob], ckpt) -> tuple[int, int]:

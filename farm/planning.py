@@ -43,17 +43,18 @@ def workload_for(album: Path | None, tracks: int | None, seed: int, mean_seconds
     if album is None:
         return album_tracks(tracks or 12, seed=seed, mean_seconds=mean_seconds)
     from .album import load_album
-    from .jobs import track_settings
+    from .jobs import track_request, track_settings, track_shape
     from .models import named_config
 
-    cfg = named_config("yue2-3b")
-    out = []
-    for track in load_album(album).tracks:
-        s = track_settings(track, cfg)
-        guided = (track.guidance or (1.01 if track.cot == "off" else 1.0)) != 1.0
-        out.append(TrackShape(s.semantic.max_tokens / 25.0, 0 if track.cot == "off" else s.plan.max_tokens,
-                              s.semantic.max_tokens, title=track.title, cfg_branches=2 if guided else 1))
-    return out
+    cfg = named_config("yue2-3b")    # planning needs no checkpoint: the prompt is estimated from its characters
+    return [track_shape(track_request(t), track_settings(t, cfg), t.title, estimated_prompt_tokens(t))
+            for t in load_album(album).tracks]
+
+
+def estimated_prompt_tokens(track) -> int:
+    """Without a tokenizer at hand: ~3.5 characters per BPE token for lyrics and tags (Qwen's vocabulary), plus the
+    instruction; the render uses the real count."""
+    return 40 + round(len(track.style + track.lyrics) / 3.5)
 
 
 def plan_command(profile_path: Path | None, album: Path | None, tracks: int | None, seed: int, mean_seconds: float,

@@ -49,7 +49,7 @@ class Runtime:
 def start(address: str | None, profile_path: Path | None) -> Runtime:
     import ray
 
-    os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+    ensure_auth_token()
     os.environ.setdefault("CUDA_DEVICE_ORDER", "PCI_BUS_ID")
     profile = load_profile(profile_path) if profile_path else None
     if ray.is_initialized() or address:
@@ -64,6 +64,51 @@ def start(address: str | None, profile_path: Path | None) -> Runtime:
     return start_local()
 
 
+def check_address(address: str, timeout: float = 5.0) -> None:
+    """A HOST:PORT cluster address must answer within `timeout` seconds (Ray itself would keep trying for minutes).
+    `auto` must find a cluster started on this machine; `ray://` (Ray Client) is checked by Ray itself."""
+    if address.startswith("ray://"):
+        return
+    if address == "auto":
+        if not os.environ.get("RAY_ADDRESS") and not Path("/tmp/ray/ray_current_cluster").exists():
+            raise UserError("--address auto: no Ray cluster was started on this machine (ray start --head)")
+        return
+    host, _, port = address.rpartition(":")
+    if not host or not port.isdigit():
+        raise UserError(f"--address {address}: expected auto, HOST:PORT or ray://HOST:PORT")
+    try:
+        socket.create_connection((host, int(port)), timeout=timeout).close()
+    except OSError as exc:
+        raise UserError(f"--address {address}: no Ray cluster answers there within {timeout:.0f} s "
+                        f"({exc.strerror or exc})") from None
+
+
+def ensure_auth_token() -> None:
+    """Keep Ray's token authentication on: without it every Ray server of a render would run code for anyone who
+    can reach this machine. Tests and CI may switch it off with RAY_AUTH_MODE=disabled in their own environment.
+
+    Ray 2.60 turns authentication on for a new `ray.init` cluster by itself, but a cluster started the `ray start`
+    way (the local multi-node cluster of a profile) only when a token already exists. So a token is looked for
+    where Ray looks (RAY_AUTH_TOKEN, RAY_AUTH_TOKEN_PATH, ~/.ray/auth_token) and, when there is none, made as Ray
+    itself would (256 random bits, readable by this user only); Ray then switches authentication on in both cases.
+    Every node and the driver of a cluster need the same token: give `--address` clusters theirs through those
+    variables.
+    """
+    if os.environ.get("RAY_AUTH_MODE", "").lower() == "disabled":
+        return
+    if os.environ.get("RAY_AUTH_TOKEN") or os.environ.get("RAY_AUTH_TOKEN_PATH"):
+        return
+    path = Path.home() / ".ray" / "auth_token"
+    if path.exists():
+        return
+    import secrets
+
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+    with os.fdopen(fd, "w") as f:
+        f.write(secrets.token_hex(32))
+
+
 def start_local() -> Runtime:
     """This machine alone: its GPUs by NVML (each its own resource), else its CPU as one pseudo-card."""
     import ray
@@ -72,9 +117,11 @@ def start_local() -> Runtime:
     gpus = probe_nvml(node)
     inventory = gpus or [cpu_device(node, os.cpu_count() or 1)]
     resources = {card_resource(d): 1.0 for d in inventory}
-    ray.init(num_cpus=max(2, os.cpu_count() or 1), resources=resources, include_dashboard=False,
-             object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False,
-             labels={"farm-node": node})
+    # address="local": always a cluster of our own, never one that a `ray start` (or a killed render) left named in
+    # the machine's shared ray_current_cluster file; on loopback, since nothing outside this host needs it.
+    ray.init(address="local", num_cpus=max(2, os.cpu_count() or 1), resources=resources, include_dashboard=False,
+             object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False, labels={"farm-node": node},
+             _node_ip_address="127.0.0.1")
     return Runtime(inventory, None, True)
 
 

@@ -8,10 +8,10 @@ from pathlib import Path
 import numpy as np
 
 from . import artifacts
-from .errors import UserError
+from .errors import UserError, read_user_text
 from .identity import checkpoint_identity, stage_keys
 from .models import resolve_model
-from .store import Store
+from .store import open_store
 
 
 @dataclass(frozen=True)
@@ -31,40 +31,33 @@ class SongJob:
 
 
 def read_lyrics(path: Path) -> str:
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError:
-        raise UserError(f"lyrics file not found: {path}") from None
-    except UnicodeDecodeError:
-        raise UserError(f"lyrics file is not UTF-8 text: {path}") from None
+    text = read_user_text(path, "--lyrics-file")
     if not text.strip():
-        raise UserError(f"lyrics file is empty: {path}")
+        raise UserError(f"--lyrics-file {path}: empty")
     return text
 
 
 def read_abc(path: Path) -> dict:
     """An ABC score: text (.abc, …) or exact token ids (.npy, 1-D integers, e.g. a previous run's plan.npy)."""
     path = Path(path)
-    if not path.exists():
-        raise UserError(f"ABC file not found: {path}")
-    if path.suffix == ".npy":
-        try:
-            ids = np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            raise UserError(f"ABC file {path}: not a plain .npy array ({exc})") from None
-        if ids.ndim != 1 or ids.dtype.kind not in "iu":
-            raise UserError(f"ABC file {path}: expected a 1-D integer array, got {ids.dtype} {list(ids.shape)}")
-        return {"abc_ids": tuple(int(i) for i in ids)}
+    if path.suffix != ".npy":
+        return {"abc": read_user_text(path, "--abc-file")}
+    if not path.is_file():
+        raise UserError(f"--abc-file {path}: " + ("file not found" if not path.exists() else "not a regular file"))
     try:
-        return {"abc": path.read_text(encoding="utf-8")}
-    except UnicodeDecodeError:
-        raise UserError(f"ABC file is not UTF-8 text: {path}") from None
+        ids = np.load(path, allow_pickle=False)
+    except (ValueError, OSError) as exc:
+        raise UserError(f"--abc-file {path}: not a plain .npy array ({exc})") from None
+    if ids.ndim != 1 or ids.dtype.kind not in "iu":
+        raise UserError(f"--abc-file {path}: expected a 1-D integer array, got {ids.dtype} {list(ids.shape)}")
+    return {"abc_ids": tuple(int(i) for i in ids)}
 
 
 def render_song_folder(job: SongJob) -> dict:
     """Check inputs, render, write the folder. Returns settings.json's content."""
     from stages.protocol import COT_MODES, SongRequest
     from stages.song import SongEngines, default_settings, open_checkpoint, render_song, validate
+    from stages.weights import verify_checkpoint
 
     from .devices import pick_device
 
@@ -72,15 +65,16 @@ def render_song_folder(job: SongJob) -> dict:
         raise UserError(f"--cot must be one of {', '.join(COT_MODES)}, got {job.cot!r}")
     lyrics = read_lyrics(job.lyrics_file)
     abc = read_abc(job.abc_file) if job.abc_file else {}
-    store = Store(job.out)
-    if not job.force and not store.is_empty():
-        raise UserError(f"--out {job.out} is not empty; pass --force to overwrite it")
+    device = pick_device(job.device)
     paths = resolve_model(job.model, job.vae)
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
     request = SongRequest(style=job.style, lyrics=lyrics, cot=job.cot, seed=job.seed, **abc)
     settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler)
     validate(ckpt, request, settings)
-    device = pick_device(job.device)
+    store = open_store(job.out)               # last: a probe write, once everything else is known to be right
+    if not job.force and not store.is_empty():
+        raise UserError(f"--out {job.out} is not empty; pass --force to overwrite it")
 
     engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), sampler=job.sampler)
     song = render_song(engines, request, settings)

@@ -63,3 +63,35 @@ class Store:
 
     def is_empty(self) -> bool:
         return not self.fs.exists(self.root) or not self.listdir("")
+
+    def check_writable(self, flag: str) -> None:
+        """Write and remove a probe file, so a location that cannot take the songs fails now, in one line, and not
+        after the album has been computed. (A missing local folder is created: it is where the songs will go.)"""
+        from .errors import UserError
+
+        if self.local and os.path.exists(self.root) and not os.path.isdir(self.root):
+            raise UserError(f"{flag} {self.url}: is a file, not a folder")
+        probe = f".farm-write-check-{uuid.uuid4().hex}"
+        try:
+            self.write_bytes(probe, b"")
+            self.fs.rm_file(self.path(probe))
+        except Exception as exc:   # OSError locally; each object store raises its own kinds
+            reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+            raise UserError(f"{flag} {self.url}: cannot write there ({reason})") from None
+
+
+def open_store(url: str, flag: str = "--out") -> Store:
+    """The output location, checked before any work: a protocol fsspec knows and has installed, not the in-process
+    memory filesystem (the workers are other processes), and writable."""
+    from .errors import UserError
+
+    url = str(url)
+    if url.startswith("memory://"):
+        raise UserError(f"{flag} {url}: fsspec's memory filesystem lives inside one process, and the stage workers "
+                        f"are other processes; use a local path or an object store (s3://, gs://)")
+    try:
+        store = Store(url)
+    except (ValueError, ImportError) as exc:   # unknown protocol; a protocol whose package is not installed
+        raise UserError(f"{flag} {url}: {exc}") from None
+    store.check_writable(flag)
+    return store

@@ -18,6 +18,16 @@ STAGE_FILES = {"plan": (artifacts.SCORE, artifacts.PLAN), "semantic": (artifacts
                "acoustic": (artifacts.LATENTS,), "decode": (artifacts.AUDIO,)}
 
 
+ALBUM_MARKS = ("manifest.json", "live.json", "metrics", "metrics.parquet")   # what any render leaves first
+
+
+def is_album_folder(store: Store, keys: list[str]) -> bool:
+    """Empty, or an album folder already (a render's own files, or only this album's track folders): a render may
+    write here without clobbering someone's unrelated files."""
+    entries = set(store.listdir(""))
+    return not entries or bool(entries & set(ALBUM_MARKS)) or entries <= set(keys)
+
+
 def marker(key: str, stage: str) -> str:
     return f"{key}/.stages/{stage}.json"
 

@@ -32,8 +32,16 @@ def _files(path: Path) -> dict[str, Path]:
         return {name: path.with_name(file) for name, file in weight_map.items()}
     if not path.exists():
         raise CheckpointError(f"{path}: missing")
-    with safe_open(str(path), framework="pt") as f:
+    with _opened(path) as f:
         return {name: path for name in f.keys()}
+
+
+def _opened(path: Path, device: str = "cpu"):
+    """safe_open, with a damaged file (truncated, not safetensors) named as a CheckpointError."""
+    try:
+        return safe_open(str(path), framework="pt", device=device)
+    except Exception as exc:   # safetensors raises its own SafetensorError (and OSError for unreadable files)
+        raise CheckpointError(f"{path}: not a readable safetensors file ({exc})") from None
 
 
 def read_header(path: str | Path) -> dict[str, Shape]:
@@ -41,7 +49,7 @@ def read_header(path: str | Path) -> dict[str, Shape]:
     shapes: dict[str, Shape] = {}
     files = _files(Path(path))
     for file in sorted(set(files.values())):
-        with safe_open(str(file), framework="pt") as f:
+        with _opened(file) as f:
             for name in f.keys():
                 shapes[name] = tuple(f.get_slice(name).get_shape())
     return shapes
@@ -79,7 +87,7 @@ def load_tensors(path: str | Path, names: Iterable[str], *, dtype: torch.dtype,
             by_file.setdefault(files[name], []).append(name)
     out: dict[str, torch.Tensor] = {}
     for file, wanted in by_file.items():
-        with safe_open(str(file), framework="pt", device=str(device)) as f:
+        with _opened(file, str(device)) as f:
             for name in wanted:
                 out[name] = f.get_tensor(name).to(dtype)
     return out

@@ -222,13 +222,19 @@ def _fold(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     return state
 
 
+def check_decoder_file(vae_dir: str | Path, cfg: VaeConfig) -> tuple[Path, list[str]]:
+    """The VAE file's whole layout checked from its header (names, shapes, a damaged file) → (path, decoder names)."""
+    path = Path(vae_dir) / "model.safetensors"
+    names = decoder_names(cfg)
+    check_layout(path, vae_shapes(cfg), needed=names)
+    return path, names
+
+
 def load_decoder(vae_dir: str | Path, cfg: VaeConfig, device: str | torch.device = "cpu") -> OobleckDecoder:
     """Check the whole VAE file's layout, then read only its `decoder.*` tensors (FP32) into a ready decoder."""
     with torch.device("meta"):
         decoder = OobleckDecoder(cfg)               # refuses unsupported configs before any I/O
-    path = Path(vae_dir) / "model.safetensors"
-    names = decoder_names(cfg)
-    check_layout(path, vae_shapes(cfg), needed=names)
+    path, names = check_decoder_file(vae_dir, cfg)
     raw = load_tensors(path, names, dtype=torch.float32, device=device)
     decoder.load_state_dict(_fold(raw), strict=True, assign=True)
     return decoder.eval().requires_grad_(False)

@@ -25,15 +25,31 @@ ALL_PARTS = frozenset({AR, HEAD, NAR})
 PE = "latent_pos_embed.pe"
 
 
+def check_model_file(model_dir: str | Path, cfg: configs.Yue2Config, parts=ALL_PARTS) -> tuple[Path, list[str]]:
+    """The MoT file's whole layout checked from its header (names, shapes, a damaged file) → (path, the names
+    `parts` need)."""
+    path = Path(model_dir) / WEIGHTS_FILE
+    with torch.device("meta"):
+        needed = list(YuE2(cfg.model, frozenset(parts)).state_dict())
+    check_layout(path, expected_shapes(cfg.model, ALL_PARTS), needed, optional=[PE])
+    return path, needed
+
+
+def verify_checkpoint(model_dir: str | Path, vae_dir: str | Path, cfg: configs.Yue2Config) -> None:
+    """Everything a render will read, checked in a second before any work starts (headers only)."""
+    from .vae import check_decoder_file
+
+    check_model_file(model_dir, cfg)
+    check_decoder_file(vae_dir, cfg.vae)
+
+
 def load_model(model_dir: str | Path, cfg: configs.Yue2Config, parts, *, device="cpu",
                dtype: torch.dtype | None = None) -> YuE2:
     """Build the model with just `parts` on `device`, reading only those tensors from `model_dir`."""
     dtype = dtype or getattr(torch, cfg.dtype)
-    path = Path(model_dir) / WEIGHTS_FILE
+    path, needed = check_model_file(model_dir, cfg, parts)
     with torch.device("meta"):
         model = YuE2(cfg.model, frozenset(parts))
-    needed = list(model.state_dict())
-    check_layout(path, expected_shapes(cfg.model, ALL_PARTS), needed, optional=[PE])
     tensors = load_tensors(path, needed, dtype=dtype, device=device)
     if PE in needed and PE not in tensors:  # allowed to be absent: it is a fixed table
         tensors[PE] = sinusoid_table(cfg.model.max_latent_frames, cfg.model.hidden_size).to(device, dtype)

@@ -11,6 +11,22 @@ STATIC = {"/": ("index.html", "text/html; charset=utf-8"), "/app.js": ("app.js",
           "/style.css": ("style.css", "text/css; charset=utf-8")}
 
 
+def check_port(host: str, port: int) -> None:
+    """Bind and release the dashboard's address now, so a busy or invalid one fails before the render starts."""
+    import socket
+
+    from ..errors import UserError
+
+    if not 0 <= port <= 65535:
+        raise UserError(f"--port {port}: must be 0…65535")
+    try:
+        with socket.create_server((host, port)):
+            pass
+    except OSError as exc:
+        raise UserError(f"--host {host} --port {port}: cannot serve the dashboard there ({exc.strerror or exc})") \
+            from None
+
+
 def serve(stats_fn: Callable[[], dict], host: str = "127.0.0.1", port: int = 0):
     """Start the server in a daemon thread; → (server, url). Binds 127.0.0.1 unless told otherwise."""
     handler = type("Handler", (_Handler,), {"stats_fn": staticmethod(stats_fn)})
