@@ -1,0 +1,242 @@
+"""Bad input, table-driven, across every command: each case must end with exit code 2 and one readable message
+naming the file, track and field (or the flag), with no traceback, nothing written to the output, and neither Ray
+started nor a model loaded (both are made to explode if anything reaches them)."""
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+from pathlib import Path
+
+import numpy as np
+import pytest
+from typer.testing import CliRunner
+
+from farm.cli import app
+
+GOOD = '''title = "Good"
+[defaults]
+style = "pop"
+[[tracks]]
+title = "One"
+lyrics_file = "lyrics.txt"
+'''
+
+
+def album(world: Path, name: str, text: str) -> str:
+    path = world / f"{name}.toml"
+    path.write_text(text, encoding="utf-8")
+    return str(path)
+
+
+def track(extra: str, head: str = 'title = "Bad"\n[defaults]\nstyle = "pop"\n') -> str:
+    return head + '[[tracks]]\ntitle = "One"\nlyrics = "la la"\n' + extra
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory, tiny_ckpt_dir):
+    """Files every case may point at: good and bad specs, lyrics, scores, checkpoints and profiles."""
+    from safetensors.torch import load_file, save_file
+
+    w = tmp_path_factory.mktemp("world")
+    (w / "lyrics.txt").write_text("[verse]\nla la la\n")
+    (w / "empty.txt").write_text("  \n")
+    (w / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
+    (w / "huge.txt").write_bytes(b"a" * ((1 << 20) + 1))
+    (w / "adir").mkdir()
+    os.mkfifo(w / "pipe")
+    (w / "file.out").write_text("not a folder")
+    (w / "full").mkdir()
+    (w / "full" / "thesis.docx").write_text("someone's work")
+    np.save(w / "plan2d.npy", np.zeros((2, 3), dtype=np.int32))
+    (w / "profile.toml").write_text('name = "x"\n[[nodes]]\nname = "a"\ncpus = 4\ngpus = ["Voodoo 3"]\n')
+    (w / "broken.toml").write_text("name = [\n")
+    for name, damage in (("missing", "drop"), ("misshaped", "shape"), ("truncated", "cut"), ("vaecut", "vae")):
+        root = w / f"ckpt-{name}"
+        shutil.copytree(tiny_ckpt_dir, root)
+        weights = root / ("vae" if damage == "vae" else "model") / "model.safetensors"
+        if damage in ("cut", "vae"):
+            with open(weights, "r+b") as f:
+                f.truncate(weights.stat().st_size - 100)
+            continue
+        tensors = load_file(weights)
+        victim = "model.layers.1.mlp.down_proj.weight"
+        if damage == "drop":
+            del tensors[victim]
+        else:
+            tensors[victim] = tensors[victim][:, :-1].contiguous()
+        save_file(tensors, weights)
+    return w
+
+
+@pytest.fixture
+def no_work(monkeypatch):
+    """Anything that would start Ray or load a model fails the case loudly (exit code 1, not 2)."""
+    import ray
+
+    import farm.raycluster
+    import stages.song
+
+    def explode(*args, **kwargs):
+        raise AssertionError("bad input reached Ray or the model")
+
+    monkeypatch.setattr(farm.raycluster, "start", explode)
+    monkeypatch.setattr(ray, "init", explode)
+    monkeypatch.setattr(stages.song.SongEngines, "__init__", explode)
+
+
+def busy_port() -> socket.socket:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    return s
+
+
+HELD = busy_port()       # held for the whole module: the dashboard case must find it taken
+
+# (id, argv with {w} = the world folder and {out} = a fresh output path, expected text in the message)
+RENDER = [
+    ("spec-missing", ["{w}/nope.toml"], "no such album spec"),
+    ("spec-is-dir", ["{w}/adir"], "is a directory"),
+    ("spec-is-pipe", ["{w}/pipe"], "not a regular file"),
+    ("spec-not-toml", ["@notoml=title = = 3"], "not valid TOML"),
+    ("spec-latin1", ["{w}/latin1.txt"], "not a UTF-8 text file"),
+    ("unknown-key", ["@unknown=" + GOOD + "colour = 1\n"], "unknown key 'colour'"),
+    ("no-title", ["@notitle=[[tracks]]\ntitle = \"x\"\nlyrics = \"a\"\nstyle = \"s\"\n"], "title: required"),
+    ("no-tracks", ["@notracks=title = \"A\"\n"], "tracks: required"),
+    ("no-lyrics", ["@nolyrics=title = \"A\"\n[[tracks]]\ntitle = \"x\"\nstyle = \"s\"\n"], "lyrics: required"),
+    ("lyrics-missing", ["@lmiss=" + GOOD.replace("lyrics.txt", "gone.txt")], 'track 1 "One": lyrics_file: file not'),
+    ("lyrics-dir", ["@ldir=" + GOOD.replace("lyrics.txt", "adir")], "lyrics_file: {w}/adir is a directory"),
+    ("lyrics-pipe", ["@lpipe=" + GOOD.replace("lyrics.txt", "pipe")], "lyrics_file: {w}/pipe is not a regular"),
+    ("lyrics-huge", ["@lhuge=" + GOOD.replace("lyrics.txt", "huge.txt")], "at most 1,048,576"),
+    ("lyrics-latin1", ["@llat=" + GOOD.replace("lyrics.txt", "latin1.txt")], "lyrics_file: not a UTF-8"),
+    ("lyrics-empty", ["@lempty=" + GOOD.replace("lyrics.txt", "empty.txt")], "lyrics: empty"),
+    ("seed-string", ["@seeds=" + track('seed = "42"\n')], "seed: must be int, got str"),
+    ("seed-string-defaults", ["@seedd=" + track("", 'title = "B"\n[defaults]\nstyle = "p"\nseed = "42"\n')],
+     "defaults: seed: must be int"),
+    ("seed-negative", ["@seedn=" + track("seed = -1\n")], "seed: must be in [0, 2**63)"),
+    ("cot-bad", ["@cot=" + track('cot = "loud"\n')], "cot: must be one of full, melody, off"),
+    ("guidance-string", ["@guid=" + track('guidance = "high"\n')], "guidance: must be float"),
+    ("max-semantic-zero", ["@msz=" + track("max_semantic_tokens = 0\n")], "max_semantic_tokens: must be >= 1"),
+    ("sampling-unknown", ["@samu=" + track("[tracks.sampling.plan]\ntemprature = 1.0\n")],
+     "sampling.plan.temprature: unknown key"),
+    ("sampling-type", ["@samt=" + track('[tracks.sampling.plan]\ntemperature = "hot"\n')],
+     "sampling.plan.temperature: must be float"),
+    ("top-k-zero", ["@tk0=" + track("[tracks.sampling.plan]\ntop_k = 0\n")], "top_k must be >= 1"),
+    ("top-k-over-fast", ["@tkbig=" + track("[tracks.sampling.semantic]\ntop_k = 500\n")], "top_k must be <= 256"),
+    ("window-over-fast", ["@win=" + track("[tracks.sampling.semantic]\npenalty_window = 400\n")],
+     "penalty_window must be <= 256"),
+    ("abc-npy-missing", ["@abcm=" + track('abc_file = "gone.npy"\n')], "abc_file: cannot read"),
+    ("abc-npy-2d", ["@abc2=" + track('abc_file = "plan2d.npy"\n')], "non-empty 1-D integer array"),
+    ("abc-with-cot-off", ["@abco=" + track('abc = "X:1"\ncot = "off"\n')], "a given score needs cot full"),
+    ("duplicate-titles", ["@dup=" + track('[[tracks]]\ntitle = "one"\nlyrics = "b"\n')], "titles must be unique"),
+    ("title-control", ["@ctl=" + track('[[tracks]]\ntitle = "a\\u0007b"\nlyrics = "b"\n')], "must be printable"),
+    ("prompt-over-context", ["@long=" + track("", 'title = "L"\n[defaults]\nstyle = "' + "s" * 600 + '"\n')],
+     "exceeds the model context"),
+    ("album-model-missing", ["@amod=model = \"/nonexistent\"\n" + GOOD], "amod.toml: model /nonexistent"),
+    ("model-missing", ["{w}/good.toml", "--model", "/nonexistent"], "--model /nonexistent: not 'tiny'"),
+    ("model-dir-without-vae", ["{w}/good.toml", "--model", "{w}/ckpt-missing/model"], "without a VAE"),
+    ("ckpt-missing-tensor", ["{w}/good.toml", "--model", "{w}/ckpt-missing"],
+     "missing tensor 'model.layers.1.mlp.down_proj.weight'"),
+    ("ckpt-misshaped", ["{w}/good.toml", "--model", "{w}/ckpt-misshaped"],
+     "tensor 'model.layers.1.mlp.down_proj.weight' has shape"),
+    ("ckpt-truncated", ["{w}/good.toml", "--model", "{w}/ckpt-truncated"], "not a readable safetensors file"),
+    ("vae-truncated", ["{w}/good.toml", "--model", "{w}/ckpt-vaecut"], "vae/model.safetensors: not a readable"),
+    ("out-is-file", ["{w}/good.toml", "--out", "{w}/file.out"], "--out {w}/file.out: is a file"),
+    ("out-unknown-protocol", ["{w}/good.toml", "--out", "foo://bucket/x"], "--out foo://bucket/x:"),
+    ("out-memory", ["{w}/good.toml", "--out", "memory://x"], "--out memory://x: fsspec's memory"),
+    ("out-unwritable", ["{w}/good.toml", "--out", "/proc/farm-out"], "--out /proc/farm-out: cannot write"),
+    ("out-foreign-folder", ["{w}/good.toml", "--out", "{w}/full"], "holds files that are not this album's"),
+    ("threads-zero", ["{w}/good.toml", "--threads", "0"], "--threads"),
+    ("profile-missing", ["{w}/good.toml", "--cluster", "{w}/nope-profile.toml"], "nope-profile.toml: cannot read"),
+    ("profile-broken", ["{w}/good.toml", "--cluster", "{w}/broken.toml"], "broken.toml: not valid TOML"),
+    ("profile-unknown-gpu", ["{w}/good.toml", "--cluster", "{w}/profile.toml"], "unknown GPU model 'Voodoo 3'"),
+    ("pin-syntax", ["{w}/good.toml", "--pin", "plan"], "--pin plan: expected STAGE=CARD"),
+    ("pin-stage", ["{w}/good.toml", "--pin", "mix=0"], "--pin mix=0: expected STAGE=CARD"),
+    ("port-invalid", ["{w}/good.toml", "--dashboard", "--port", "70000"], "--port 70000"),
+    ("port-busy", ["{w}/good.toml", "--dashboard", "--port", str(HELD.getsockname()[1])], "cannot serve"),
+    ("address-refused", ["{w}/good.toml", "--address", "127.0.0.1:1"], "--address 127.0.0.1:1: no Ray cluster"),
+    ("address-garbage", ["{w}/good.toml", "--address", "nowhere"], "--address nowhere: expected auto"),
+]
+
+SONG = [
+    ("song-lyrics-missing", ["--lyrics-file", "{w}/gone.txt"], "--lyrics-file: file not found"),
+    ("song-lyrics-dir", ["--lyrics-file", "{w}/adir"], "--lyrics-file: {w}/adir is a directory"),
+    ("song-lyrics-pipe", ["--lyrics-file", "{w}/pipe"], "is not a regular file"),
+    ("song-lyrics-empty", ["--lyrics-file", "{w}/empty.txt"], "--lyrics-file {w}/empty.txt: empty"),
+    ("song-lyrics-latin1", ["--lyrics-file", "{w}/latin1.txt"], "--lyrics-file: not a UTF-8"),
+    ("song-abc-dir", ["--abc-file", "{w}/adir"], "--abc-file: {w}/adir is a directory"),
+    ("song-abc-2d", ["--abc-file", "{w}/plan2d.npy"], "--abc-file {w}/plan2d.npy: expected a 1-D"),
+    ("song-device-tpu", ["--device", "tpu"], "--device tpu: expected auto, cpu"),
+    ("song-device-cuda", ["--device", "cuda:7"], "--device cuda:7"),
+    ("song-cot", ["--cot", "loud"], "--cot must be one of"),
+    ("song-out-memory", ["--out", "memory://x"], "--out memory://x"),
+    ("song-out-file-force", ["--out", "{w}/file.out", "--force"], "--out {w}/file.out: is a file"),
+    ("song-out-not-empty", ["--out", "{w}/full"], "is not empty; pass --force"),
+    ("song-out-unwritable", ["--out", "/proc/farm-song"], "cannot write"),
+    ("song-model-missing", ["--model", "/nonexistent"], "--model /nonexistent"),
+    ("song-ckpt-truncated", ["--model", "{w}/ckpt-truncated"], "not a readable safetensors file"),
+    ("song-max-semantic-zero", ["--max-semantic-tokens", "0"], "max_tokens >= 1"),
+]
+
+OTHERS = [
+    ("plan-profile-missing", ["plan", "--cluster", "{w}/nope-profile.toml"], "cannot read"),
+    ("plan-profile-unknown-gpu", ["plan", "--cluster", "{w}/profile.toml"], "unknown GPU model"),
+    ("plan-album-missing", ["plan", "--album", "{w}/nope.toml", "--cluster", "configs/clusters/home-lab.toml"],
+     "no such album spec"),
+    ("simulate-tracks-negative", ["simulate", "--tracks", "-3"], "--tracks"),
+    ("simulate-tracks-zero", ["simulate", "--tracks", "0"], "--tracks"),
+    ("simulate-profile-broken", ["simulate", "--cluster", "{w}/broken.toml", "--tracks", "2"], "not valid TOML"),
+    ("inventory-profile-broken", ["inventory", "--cluster", "{w}/broken.toml"], "not valid TOML"),
+    ("init-checkpoint-config", ["init-checkpoint", "{out}", "--config", "huge"], "huge"),
+    ("report-no-album", ["report", "{w}/adir"], "adir"),
+    ("dashboard-no-album", ["dashboard", "{w}/adir"], "adir"),
+]
+
+
+def run(argv, world: Path, out: Path):
+    args = []
+    for a in argv:
+        if a.startswith("@"):
+            name, _, text = a[1:].partition("=")
+            a = album(world, name, text)
+        args.append(a.replace("{w}", str(world)).replace("{out}", str(out)))
+    return CliRunner().invoke(app, args)
+
+
+def check(result, expected: str, world: Path, out: Path) -> None:
+    text = result.output
+    assert result.exit_code == 2, (result.exit_code, text, result.exception)
+    assert "Traceback" not in text and isinstance(result.exception, SystemExit), text
+    assert expected.replace("{w}", str(world)) in text, text
+    assert not out.exists(), f"{out} was written"
+
+
+@pytest.mark.parametrize("case, argv, expected", RENDER, ids=[c[0] for c in RENDER])
+def test_render_refuses_bad_input_before_any_work(world, no_work, tmp_path, case, argv, expected):
+    (world / "good.toml").write_text(GOOD)
+    out = tmp_path / "out"
+    if "--out" not in argv:
+        argv = [*argv, "--out", str(out)]
+    check(run(["render", *argv], world, out), expected, world, out)
+
+
+@pytest.mark.parametrize("case, argv, expected", SONG, ids=[c[0] for c in SONG])
+def test_song_refuses_bad_input_before_any_work(world, no_work, tmp_path, case, argv, expected):
+    out = tmp_path / "song"
+    base = {"--style": "pop", "--lyrics-file": str(world / "lyrics.txt"), "--out": str(out)}
+    given = dict(zip(argv[::2], argv[1::2]))
+    flags = [a for a in argv if a == "--force"]
+    pairs = {**base, **{k: v for k, v in given.items() if k != "--force"}}
+    args = ["song", *[x for kv in pairs.items() for x in kv], *flags]
+    check(run(args, world, out), expected, world, out)
+
+
+@pytest.mark.parametrize("case, argv, expected", OTHERS, ids=[c[0] for c in OTHERS])
+def test_other_commands_refuse_bad_input(world, no_work, tmp_path, case, argv, expected):
+    out = tmp_path / "elsewhere"
+    check(run(argv, world, out), expected, world, out)
+
+
+def test_the_table_is_wide():
+    assert len(RENDER) + len(SONG) + len(OTHERS) >= 60
