@@ -34,6 +34,28 @@ def guarded(fn, *args, **kwargs):
         fail(str(exc))
 
 
+def interruptible(fn, *args, **kwargs):
+    """Ctrl-C (exit 130) and SIGTERM (exit 143) stop a render cleanly: finished stages stay on disk, live.json says
+    `stopped`, and the message says that the same command resumes."""
+    import signal
+
+    from .driver import Stopped
+
+    def on_term(signum, frame):
+        raise Stopped()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, Stopped) as exc:
+        code = 130 if isinstance(exc, KeyboardInterrupt) else Stopped.exit_code
+        typer.echo(f"stopped ({'Ctrl-C' if code == 130 else 'SIGTERM'}); finished stages are kept — run the same "
+                   f"command again to resume", err=True)
+        raise typer.Exit(code) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 @app.command("init-checkpoint")
 def init_checkpoint(
     out: Annotated[Path, typer.Argument(help="Directory to create model/ and vae/ in.")],
@@ -112,7 +134,7 @@ def render(
 
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None)
-    result = guarded(render_album, album, opts)
+    result = interruptible(guarded, render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
                f"(run {result.run_id}, {len(result.events)} stage calls)")

@@ -26,6 +26,12 @@ from .progress import Board
 from .store import open_store
 
 
+class Stopped(BaseException):
+    """SIGTERM during a render, raised in the main thread like KeyboardInterrupt is for SIGINT."""
+
+    exit_code = 143
+
+
 @dataclass(frozen=True)
 class RenderOptions:
     out: str | None = None
@@ -126,7 +132,12 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
         view = LiveView(store, run_id, album.title, placement.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)
         pipeline.view = view
-        failures = pipeline.run()
+        try:
+            failures = pipeline.run()
+        except BaseException:          # Ctrl-C, SIGTERM: keep what finished, say the album stopped
+            log.flush()
+            view.close("stopped")
+            raise
         log.flush()
         metrics_io.compact(store)
         rows = manifest.write_album(store, album, jobs, failures, identity)

@@ -24,7 +24,7 @@ class LiveView:
                  dashboard: tuple[str, int] | None = None):
         self.store, self.run_id, self.title, self.cards, self.state_fn = store, run_id, title, cards, state_fn
         self.events: list[StageEvent] = []
-        self.started, self.finished = time.time(), False
+        self.started, self.finished, self.outcome = time.time(), False, "finished"
         real = [c["uuid"] for c in cards if not c["virtual"]]
         self.monitor = GpuMonitor(real, interval=1.0).start()
         self.prometheus = RayMetrics.create()
@@ -38,7 +38,7 @@ class LiveView:
     def live(self) -> dict:
         state = self.state_fn()
         return {"album": self.title, "run_id": self.run_id, "started": self.started,
-                "state": "finished" if self.finished else "running", "cards": self.cards,
+                "state": self.outcome if self.finished else "running", "cards": self.cards,
                 "gpu_samples": [vars(s) for s in self.monitor.latest()], **state}
 
     def stats(self) -> dict:
@@ -62,8 +62,9 @@ class LiveView:
         if self.prometheus:
             self.prometheus.gauges(self.stats())
 
-    def close(self) -> None:
-        self.finished = True
+    def close(self, outcome: str = "finished") -> None:
+        """The last live.json: `finished`, or `stopped` when the render was interrupted (a rerun resumes it)."""
+        self.finished, self.outcome = True, outcome
         self.tick(force=True)
         self.monitor.stop()
         if self.monitor.samples:

@@ -47,6 +47,19 @@ class Runtime:
 
 
 def start(address: str | None, profile_path: Path | None) -> Runtime:
+    """Connect or start (see the module's docstring), keeping the caller's SIGTERM handler: Ray's C++ failure-signal
+    handler would otherwise turn a SIGTERM into a stack dump and an abort, and the render could not stop cleanly."""
+    import signal
+
+    handler = signal.getsignal(signal.SIGTERM)
+    try:
+        return _start(address, profile_path)
+    finally:
+        if callable(handler):
+            signal.signal(signal.SIGTERM, handler)
+
+
+def _start(address: str | None, profile_path: Path | None) -> Runtime:
     import ray
 
     ensure_auth_token()

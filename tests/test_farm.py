@@ -2,6 +2,7 @@
 after a killed driver, card-by-card placement on virtual profiles."""
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -127,32 +128,50 @@ def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):
     assert runs == {first.run_id}
 
 
-def test_killed_driver_resumes_without_redoing_finished_stages(ray_cluster, tiny_ckpt_dir, rendered, tmp_path):
-    """Kill `farm render` mid-album (SIGKILL), rerun: no finished stage runs again, files equal an unbroken run."""
-    big = tmp_path / "big.toml"
-    tracks = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "[verse]\\nline {i}\\n"\n' for i in range(1, 7))
-    big.write_text(ALBUM.split("[[tracks]]")[0] + tracks)
-    out = tmp_path / "killed"
+BIG_TRACKS = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "[verse]\\nline {i}\\n"\n' for i in range(1, 7))
+
+
+@pytest.fixture(scope="module")
+def big_album(ray_cluster, tiny_ckpt_dir, tmp_path_factory):
+    """A six-track album and its unbroken render."""
+    root = tmp_path_factory.mktemp("big")
+    big = root / "big.toml"
+    big.write_text(ALBUM.split("[[tracks]]")[0] + BIG_TRACKS)
+    unbroken = root / "unbroken"
+    render_album(big, RenderOptions(out=str(unbroken), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                    progress=False))
+    return big, unbroken
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGKILL, -9), (signal.SIGINT, 130), (signal.SIGTERM, 143)],
+                         ids=["kill", "ctrl-c", "sigterm"])
+def test_stopped_driver_resumes_without_redoing_finished_stages(ray_cluster, tiny_ckpt_dir, big_album, tmp_path,
+                                                                sig, code):
+    """Stop `farm render` mid-album, rerun: no finished stage runs again, files equal an unbroken run. Ctrl-C and
+    SIGTERM stop cleanly: exit 130/143, a message that the same command resumes, live.json says `stopped`."""
+    big, unbroken = big_album
+    out = tmp_path / "stopped"
     cmd = [sys.executable, "-m", "farm", "render", str(big), "--out", str(out), "--model", str(tiny_ckpt_dir),
            "--address", ray_cluster.address, "--cluster", str(PROFILES / "ci.toml")]
-    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+    proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
                             env={**os.environ, "RAY_AUTH_MODE": "disabled"})
     deadline = time.time() + 120
     while time.time() < deadline and not list(out.glob("*/.stages/acoustic.json")):
         time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    proc.send_signal(sig)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == code, stderr[-2000:]
+    if sig != signal.SIGKILL:
+        assert "run the same command again to resume" in stderr and "Traceback" not in stderr
+        assert json.loads((out / "live.json").read_text())["state"] == "stopped"
     before = {(m.parent.parent.name, m.stem) for m in out.glob("*/.stages/*.json")}
-    assert before and len(before) < 6 * 4, "the driver was killed with work left"
+    assert before and len(before) < 6 * 4, "the driver was stopped with work left"
     result = render_album(big, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
                                              progress=False))
     assert not result.failures
     redone = {(e["track"], e["stage"]) for e in pq.read_table(out / "metrics.parquet").to_pylist()
               if e["run_id"] == result.run_id}
     assert redone and not (redone & before)
-    unbroken = tmp_path / "unbroken"
-    render_album(big, RenderOptions(out=str(unbroken), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
-                                    progress=False))
     for track in sorted(p.name for p in unbroken.iterdir() if p.is_dir() and p.name[0].isdigit()):
         for name in FILES:
             assert (out / track / name).read_bytes() == (unbroken / track / name).read_bytes(), (track, name)
