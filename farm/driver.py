@@ -118,6 +118,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     starts = {j.key: len(done.get(j.key, {})) for j in jobs}
     todo = [j for j in jobs if starts[j.key] < len(j.stages)]
     runtime = raycluster.start(opts.address, opts.cluster)
+    print(runtime.describe(), flush=True)
     view = None
     try:
         plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)

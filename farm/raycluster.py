@@ -37,6 +37,15 @@ class Runtime:
     local_cluster: object = None          # ray.cluster_utils.Cluster when we started one
     notes: list[str] = field(default_factory=list)
 
+    def describe(self) -> str:
+        """One line for the render's output: where Ray's control service listens, and whether it asks for a token."""
+        import ray
+
+        auth = "token authentication on" if os.environ.get("RAY_AUTH_MODE", "").lower() == "token" else \
+            "authentication OFF (RAY_AUTH_MODE)"
+        kind = "local cluster" if self.owns_ray else "cluster"
+        return f"Ray: {kind} at {ray.get_runtime_context().gcs_address}, {auth}"
+
     def stop(self) -> None:
         import ray
 
@@ -131,10 +140,10 @@ def start_local() -> Runtime:
     inventory = gpus or [cpu_device(node, os.cpu_count() or 1)]
     resources = {card_resource(d): 1.0 for d in inventory}
     # address="local": always a cluster of our own, never one that a `ray start` (or a killed render) left named in
-    # the machine's shared ray_current_cluster file; on loopback, since nothing outside this host needs it.
+    # the machine's shared ray_current_cluster file. Ray 2.60 binds its gRPC servers to every interface and has no
+    # option to keep them on loopback: token authentication (ensure_auth_token) is what keeps them private.
     ray.init(address="local", num_cpus=max(2, os.cpu_count() or 1), resources=resources, include_dashboard=False,
-             object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False, labels={"farm-node": node},
-             _node_ip_address="127.0.0.1")
+             object_store_memory=OBJECT_STORE_BYTES, log_to_driver=False, labels={"farm-node": node})
     return Runtime(inventory, None, True)
 
 
