@@ -23,7 +23,7 @@ from .errors import UserError
 from .jobs import FromStore, StageEvent, TrackJob, album_jobs
 from .models import resolve_model
 from .progress import Board
-from .store import open_store
+from .store import RenderLock, open_store
 
 
 class Stopped(BaseException):
@@ -108,12 +108,21 @@ def check_options(opts: RenderOptions) -> None:
 
 
 def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
+    """Validate, take the folder's render lock, render, release."""
+    started = time.time()
+    album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
+    lock = RenderLock(store, "--out" if opts.out else "the output folder")
+    try:
+        return _render(album, paths, ckpt, identity, jobs, store, opts, started)
+    finally:
+        lock.release()
+
+
+def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, started: float) -> RenderResult:
     from . import manifest, placement, raycluster
     from .live import LiveView
     from .report import write_report
 
-    started = time.time()
-    album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
     done = {} if opts.force else {j.key: trackstore.finished_stages(store, j) for j in jobs}
     starts = {j.key: len(done.get(j.key, {})) for j in jobs}
     todo = [j for j in jobs if starts[j.key] < len(j.stages)]

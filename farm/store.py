@@ -64,6 +64,19 @@ class Store:
     def is_empty(self) -> bool:
         return not self.fs.exists(self.root) or not self.listdir("")
 
+    def remove_temp_files(self) -> int:
+        """Delete the temp files a killed writer left (`*.tmp-<hex>`, local folders only; object stores never hold
+        half a file). Safe only under the render lock. → how many."""
+        if not self.local or not os.path.isdir(self.root):
+            return 0
+        gone = 0
+        for folder, _, files in os.walk(self.root):
+            for name in files:
+                if ".tmp-" in name:
+                    os.unlink(os.path.join(folder, name))
+                    gone += 1
+        return gone
+
     def check_writable(self, flag: str) -> None:
         """Write and remove a probe file, so a location that cannot take the songs fails now, in one line, and not
         after the album has been computed. (A missing local folder is created: it is where the songs will go.)"""
@@ -78,6 +91,72 @@ class Store:
         except Exception as exc:   # OSError locally; each object store raises its own kinds
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
             raise UserError(f"{flag} {self.url}: cannot write there ({reason})") from None
+
+
+LOCK = ".farm-render.lock"
+
+
+class RenderLock:
+    """One render at a time per album folder. The lock file names its owner (host, pid, start time); a lock whose
+    owner was on this host and is gone (killed) is taken over, one held elsewhere is reported, not broken."""
+
+    def __init__(self, store: Store, flag: str = "--out"):
+        import json
+        import socket
+        import time
+
+        from .errors import UserError
+
+        self.store = store
+        me = {"host": socket.gethostname(), "pid": os.getpid(), "started": time.time()}
+        if not self._create(json.dumps(me).encode()):
+            other = self._owner()
+            if other.get("host") != me["host"] or _alive(other.get("pid")):
+                since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(other.get("started", 0)))
+                raise UserError(f"{flag} {store.url} is being rendered by pid {other.get('pid')} on "
+                                f"{other.get('host')} since {since}; wait for it to finish (or, if that render is "
+                                f"gone, delete {store.uri(LOCK)})")
+            store.write_bytes(LOCK, json.dumps(me).encode())       # its owner died on this host: ours now
+        self.stale_temp_files_removed = store.remove_temp_files()
+
+    def _create(self, data: bytes) -> bool:
+        path = self.store.path(LOCK)
+        try:
+            if self.store.local:
+                self.store.fs.makedirs(self.store.root, exist_ok=True)
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o644)
+                with os.fdopen(fd, "wb") as f:
+                    f.write(data)
+            else:                                   # object stores: create-only where the backend offers it
+                with self.store.fs.open(path, "xb") as f:
+                    f.write(data)
+            return True
+        except FileExistsError:
+            return False
+
+    def _owner(self) -> dict:
+        import json
+
+        try:
+            return json.loads(self.store.read_bytes(LOCK))
+        except (OSError, ValueError):
+            return {}
+
+    def release(self) -> None:
+        try:
+            self.store.fs.rm_file(self.store.path(LOCK))
+        except FileNotFoundError:
+            pass
+
+
+def _alive(pid) -> bool:
+    try:
+        os.kill(int(pid), 0)
+    except (TypeError, ValueError, ProcessLookupError):
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def open_store(url: str, flag: str = "--out") -> Store:

@@ -240,3 +240,16 @@ def test_other_commands_refuse_bad_input(world, no_work, tmp_path, case, argv, e
 
 def test_the_table_is_wide():
     assert len(RENDER) + len(SONG) + len(OTHERS) >= 60
+
+
+def test_a_second_render_into_a_busy_folder_is_refused(world, no_work, tmp_path):
+    """The folder's lock names the render holding it (another host here, so it cannot be judged dead)."""
+    import json
+
+    out = tmp_path / "busy"
+    out.mkdir()
+    (out / ".farm-render.lock").write_text(json.dumps({"host": "studio-7", "pid": 4242, "started": 0}))
+    (world / "good.toml").write_text(GOOD)
+    result = run(["render", "{w}/good.toml", "--out", str(out)], world, out)
+    assert result.exit_code == 2 and "is being rendered by pid 4242 on studio-7" in result.output, result.output
+    assert sorted(p.name for p in out.iterdir()) == [".farm-render.lock"]

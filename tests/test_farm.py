@@ -120,12 +120,20 @@ def test_exact_mode_is_the_sequential_path_too(ray_cluster, album, tiny_ckpt_dir
 
 
 def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):
+    """…even after a render killed on this host left its lock and a half-written temp file: both are cleared."""
+    import socket
+
     out, first = rendered
+    (out / ".farm-render.lock").write_text(json.dumps({"host": socket.gethostname(), "pid": 2 ** 22 + 7,
+                                                        "started": 0}))
+    stale = next(out.glob("*/")) / "audio.flac.tmp-0123abcd"
+    stale.write_bytes(b"half a song")
     again = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
                                               progress=False))
     assert again.events == [] and [r["status"] for r in again.rows] == ["done"] * 3
     runs = {e["run_id"] for e in pq.read_table(out / "metrics.parquet").to_pylist()}
     assert runs == {first.run_id}
+    assert not stale.exists() and not (out / ".farm-render.lock").exists()
 
 
 BIG_TRACKS = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "[verse]\\nline {i}\\n"\n' for i in range(1, 7))
