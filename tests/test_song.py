@@ -82,8 +82,8 @@ def test_tiny_is_created_on_first_use(lyrics, tmp_path, monkeypatch):
 
 
 @pytest.mark.parametrize("case, message", [
-    ("missing lyrics", "lyrics file not found"),
-    ("empty lyrics", "lyrics file is empty"),
+    ("missing lyrics", "--lyrics-file: file not found"),
+    ("empty lyrics", ": empty"),
     ("unknown cot", "--cot must be one of full, melody, off, got 'loud'"),
     ("abc outside text", "ABC token id 300 is outside the text range [0, 256)"),
     ("prompt over context", "exceeds the model context of 512 tokens"),
