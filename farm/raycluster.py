@@ -150,8 +150,12 @@ def start_local() -> Runtime:
 def start_profile_cluster(profile: ClusterProfile) -> Runtime:
     """A local multi-node Ray cluster shaped like the profile; its cards are virtual (the compute runs on CPU)."""
     import ray
+    from ray._private.authentication.authentication_token_setup import maybe_enable_token_auth_if_token_available
     from ray.cluster_utils import Cluster
 
+    # What `ray start --head` does (Ray's own function): with a token on hand and RAY_AUTH_MODE unset, switch token
+    # authentication on for this process and the nodes it starts. ensure_auth_token made sure there is a token.
+    maybe_enable_token_auth_if_token_available(warn_if_disabled=False)
     cluster = Cluster(initialize_head=True, head_node_args={
         "num_cpus": 1, "include_dashboard": False, "object_store_memory": OBJECT_STORE_BYTES})
     inventory = profile_inventory(profile)

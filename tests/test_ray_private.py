@@ -64,3 +64,19 @@ def test_local_render_owns_its_cluster_and_keeps_authentication_on(tmp_path, tin
     assert render.returncode == 0, rest[-3000:]
     assert "40/40 tracks done" in rest
     assert (home / ".ray" / "auth_token").stat().st_mode & 0o077 == 0
+
+
+def test_profile_cluster_render_keeps_authentication_on(tmp_path, tiny_ckpt_dir):
+    """The local multi-node cluster of a --cluster profile is started the `ray start` way, where Ray switches token
+    authentication on only when a token exists: the farm makes sure one does."""
+    home = tmp_path / "home"
+    home.mkdir()
+    spec = tmp_path / "album.toml"
+    spec.write_text(ALBUM.split("[[tracks]]")[0] + '[[tracks]]\ntitle = "One"\nlyrics = "la"\n')
+    env = {k: v for k, v in os.environ.items() if k != "RAY_AUTH_MODE"}
+    env.update(HOME=str(home))
+    done = subprocess.run([sys.executable, "-m", "farm", "render", str(spec), "--out", str(tmp_path / "out"),
+                           "--model", str(tiny_ckpt_dir), "--cluster", str(ROOT / "configs/clusters/cpu.toml")],
+                          cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "token authentication on" in done.stdout and "1/1 tracks done" in done.stdout
