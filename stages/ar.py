@@ -5,7 +5,7 @@ shapes — a row of an idle slot reads no keys and writes into a trash page — 
 a row's numbers never depend on which other requests share the step or which slot it sits in (batch invariance).
 Each slot reads only its own keys (paged_attention.py).
 
-Two samplers (MODEL.md §4):
+Two samplers (docs/ar-engine.md):
 - "fast" (default): the whole step — sampling of every slot (fast_sampling.py), bookkeeping of windows and stops,
   feeding the drawn ids back, the forward — stays on the device; `block` steps are captured as one graph and the
   host reads the drawn ids once per block. A request that ends inside a block stops on the device at once; the

@@ -1,6 +1,6 @@
 """The batched sampler of the AR engine's default ("fast") mode: every slot of a step sampled at once, on the device.
 
-Same maths as the reference sampler (sampling.py, MODEL.md §4), in the same order — CFG combine, allowed ids,
+Same maths as the reference sampler (sampling.py), in the same order — CFG combine, allowed ids,
 min_tokens, window penalty (power of the count), temperature, top-k (ties survive), top-p — with two differences
 that make it fast and batch-invariant:
 - top-k runs first on a candidate set of the `CANDIDATES` best ids of each row (no full-vocab sort), in a canonical

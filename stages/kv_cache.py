@@ -46,9 +46,6 @@ class PagedKV:
     def pages_for(self, tokens: int) -> int:
         return -(-tokens // self.page)
 
-    def can_hold(self, tokens: int) -> bool:
-        return self.pages_for(tokens) <= len(self.free)
-
     def reserve(self, slot: int, tokens: int) -> None:
         n = self.pages_for(tokens)
         if n > len(self.free) or n > self.per_slot:
