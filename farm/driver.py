@@ -75,11 +75,11 @@ def prepare(album_path: Path, opts: RenderOptions):
     identity = checkpoint_identity(paths)
     jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
     check_options(opts)
-    out = opts.out or f"out/{album.slug}"
-    store = open_store(out, "--out" if opts.out else "the default output folder")
+    flag = "--out" if opts.out else "the default output folder"
+    store = open_store(opts.out or f"out/{album.slug}", flag)
     if not opts.force and not trackstore.is_album_folder(store, [j.key for j in jobs]):
-        raise UserError(f"--out {store.url} holds files that are not this album's; choose an empty or new folder, "
-                        f"or pass --force to render into it anyway")
+        raise UserError(f"{flag} {store.url} holds files that are not this album's; choose an empty or new folder "
+                        f"(--out), or pass --force to render into it anyway")
     return album, paths, ckpt, identity, jobs, store
 
 
@@ -111,7 +111,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     """Validate, take the folder's render lock, render, release."""
     started = time.time()
     album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
-    lock = RenderLock(store, "--out" if opts.out else "the output folder")
+    lock = RenderLock(store, "--out" if opts.out else "the default output folder")
     try:
         return _render(album, paths, ckpt, identity, jobs, store, opts, started)
     finally:
