@@ -113,6 +113,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
     lock = RenderLock(store, "--out" if opts.out else "the default output folder")
     try:
+        store.remove_tree(FAILURES)      # an earlier run's failures: this run says again what still fails
         return _render(album, paths, ckpt, identity, jobs, store, opts, started)
     finally:
         lock.release()
@@ -138,7 +139,7 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         if todo:
             workers = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
             where = placement.worker_reports(workers)
-        pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress)
+        pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress, store)
         view = LiveView(store, run_id, album.title, placement.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)
         pipeline.view = view
@@ -163,7 +164,8 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
 class Pipeline:
     """The streaming loop: dispatch ready track-stages to free worker slots, collect events, repeat."""
 
-    def __init__(self, jobs, todo, starts, workers, plan, log, progress):
+    def __init__(self, jobs, todo, starts, workers, plan, log, progress, store):
+        self.store = store
         self.jobs = {j.number: j for j in todo}
         self.todo, self.starts, self.workers, self.log = todo, starts, workers, log
         self.state = dispatch.new_state(dispatch.workers_from_plan(plan) if todo else [],
@@ -207,6 +209,18 @@ class Pipeline:
                             "needs": list(j.stages[self.starts[j.key]:]) if j.key in todo else []}
                            for j in self.all_jobs]}
 
+    def _keep_details(self, key: str, stage: str, exc: Exception) -> str:
+        """Write the whole error beside the album (a failed track's own folder may be what failed) → a pointer."""
+        import re
+
+        path = f"{FAILURES}/{key}.{stage}.txt"
+        text = re.sub(r"\x1b\[[0-9;]*m", "", f"{type(exc).__name__}: {exc}\n")     # Ray colours its tracebacks
+        try:
+            self.store.write_bytes(path, text.encode("utf-8", "replace"))
+        except Exception:          # the store itself failing is already the message; nothing more to keep
+            return ""
+        return f" (details: {path})"
+
     def _dispatch(self) -> None:
         actions = dispatch.next_dispatch(self.state)
         dispatch.apply(self.state, actions)
@@ -244,7 +258,7 @@ class Pipeline:
             event = ray.get(ref)
         except Exception as exc:  # the stage failed: this track stops here, the album goes on
             message = _first_line(exc)
-            self.failures[job.key] = f"{stage}: {message}"
+            self.failures[job.key] = f"{stage}: {message}{self._keep_details(job.key, stage, exc)}"
             event = StageEvent(job.key, stage, worker_id, "", 0, "", "", time.time(), time.time(), 0, 0.0, "", 0,
                                ok=False, error=message)
             dispatch.fail(self.state, worker_id, track)
@@ -262,6 +276,9 @@ class Pipeline:
         self.board.finished(event)
         if self.view is not None:
             self.view.event(event)
+
+
+FAILURES = ".failures"       # <track>.<stage>.txt: the whole error (with the worker's traceback) of a failed stage
 
 
 def _first_line(exc: Exception) -> str:

@@ -64,6 +64,10 @@ class Store:
     def is_empty(self) -> bool:
         return not self.fs.exists(self.root) or not self.listdir("")
 
+    def remove_tree(self, rel: str) -> None:
+        if self.exists(rel):
+            self.fs.rm(self.path(rel), recursive=True)
+
     def remove_temp_files(self) -> int:
         """Delete the temp files a killed writer left (`*.tmp-<hex>`, local folders only; object stores never hold
         half a file). Safe only under the render lock. → how many."""

@@ -43,9 +43,11 @@ def write_stage(store: Store, key: str, stage: str, stage_key: str, files: dict[
 
 
 def read_marker(store: Store, key: str, stage: str) -> dict | None:
+    """The stage's marker, or None when there is none to trust (missing, damaged, or its folder is not a folder:
+    the stage then runs again, and fails on its own if its folder cannot be written)."""
     try:
         return json.loads(store.read_bytes(marker(key, stage)))
-    except (FileNotFoundError, ValueError):
+    except (FileNotFoundError, NotADirectoryError, ValueError):
         return None
 
 

@@ -136,6 +136,23 @@ def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):
     assert not stale.exists() and not (out / ".farm-render.lock").exists()
 
 
+def test_a_failing_stage_fails_its_track_only_and_keeps_the_whole_error(ray_cluster, album, tiny_ckpt_dir,
+                                                                         tmp_path):
+    """Track 2's folder cannot be made (a file stands in its place): its plan stage fails, the album goes on, the
+    worker's full traceback is kept under .failures/ and the manifest points to it."""
+    out = tmp_path / "failing"
+    out.mkdir()
+    (out / "02-two").write_text("in the way")
+    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                               progress=False))
+    assert list(result.failures) == ["02-two"] and result.failures["02-two"].startswith("plan: ")
+    details = (out / ".failures" / "02-two.plan.txt").read_text()
+    assert 'farm/trackstore.py", line' in details and "FileExistsError" in details and "\x1b[" not in details
+    rows = {r["folder"]: r for r in json.loads((out / "manifest.json").read_text())["tracks"]}
+    assert rows["02-two"]["status"] == "failed" and ".failures/02-two.plan.txt" in rows["02-two"]["error"]
+    assert rows["01-one"]["status"] == rows["03-three"]["status"] == "done"
+
+
 BIG_TRACKS = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "[verse]\\nline {i}\\n"\n' for i in range(1, 7))
 
 
