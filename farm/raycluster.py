@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import re
 import socket
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -64,7 +65,7 @@ def start(address: str | None, profile_path: Path | None) -> Runtime:
     try:
         return _start(address, profile_path)
     finally:
-        if callable(handler):
+        if callable(handler) and threading.current_thread() is threading.main_thread():
             signal.signal(signal.SIGTERM, handler)
 
 
