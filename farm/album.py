@@ -184,7 +184,8 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
         problems.append(f"{where}: lyrics: empty")
     abc, abc_ids = None, None
     if "abc_file" in raw and isinstance(raw["abc_file"], str) and raw["abc_file"].endswith(".npy"):
-        abc_ids = _abc_ids(spec_path.parent / raw["abc_file"], where, problems)
+        file = _beside(spec_path, raw["abc_file"], f"{where}: abc_file", problems)
+        abc_ids = _abc_ids(file, where, problems) if file else None
     else:
         abc = _text_field(raw, "abc", "abc_file", spec_path, where, problems, required=False)
     style = merged.get("style")
@@ -211,14 +212,26 @@ def _text_field(raw: dict, inline: str, file_key: str, spec_path: Path, where: s
     if isinstance(raw.get(inline), str):
         return raw[inline]
     if isinstance(raw.get(file_key), str):
+        file = _beside(spec_path, raw[file_key], f"{where}: {file_key}", problems)
         try:
-            return read_user_text(spec_path.parent / raw[file_key], f"{where}: {file_key}")
+            return read_user_text(file, f"{where}: {file_key}") if file else None
         except UserError as exc:
             problems.append(str(exc))
         return None
     if required and inline not in raw and file_key not in raw:
         problems.append(f"{where}: {inline}: required ({inline} = \"\"\"…\"\"\" or {file_key} = \"path\")")
     return None
+
+
+def _beside(spec_path: Path, name: str, where: str, problems: list[str]) -> Path | None:
+    """A file a spec names must lie in the spec's folder or below it: the text of what it reads ends up in the
+    album's settings.json, so a spec written by someone else must not be able to read ~/.ssh or /etc into it."""
+    root = spec_path.parent.resolve()
+    file = (spec_path.parent / name).resolve()
+    if not file.is_relative_to(root):
+        problems.append(f"{where}: {name} lies outside the album's folder {root}; copy it in beside the spec")
+        return None
+    return file
 
 
 def _abc_ids(file: Path, where: str, problems: list[str]) -> tuple[int, ...] | None:
