@@ -12,7 +12,7 @@ import statistics
 import time
 from pathlib import Path
 
-# PERFORMANCE.md, reference track (4,540 plan + 5,371 semantic tokens, 5,371 frames) on one H200.
+# The reference track (4,540 plan + 5,371 semantic tokens, 5,371 frames) on one H200 (docs/benchmarks.md).
 FLOOR_SECONDS = {"plan": 4540 * 3.58e9 / 4.1e12, "semantic": 5371 * 3.58e9 / 4.1e12, "acoustic": 1.35,
                  "decode": 0.3}      # AR at batch 1: the weights are read once per token (3.58 GB at 4.1 TB/s)
 REFERENCE_RUNTIME_SECONDS = {"plan": 29.2, "semantic": 36.5, "acoustic": 5.5, "decode": 1.1}

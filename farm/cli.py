@@ -8,7 +8,7 @@ import typer
 
 app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
                   help="yue2-farm: render YuE2-3B songs and albums across the GPUs you have.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: tables against the floors in PERFORMANCE.md.")
+bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: tables against the H200 floors (docs/benchmarks.md).")
 app.add_typer(bench_app, name="bench")
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",

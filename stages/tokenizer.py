@@ -1,7 +1,7 @@
 """Text ↔ token ids: the Qwen BPE of `qwen.tiktoken` (offline, through tiktoken) or a byte tokenizer for tiny models.
 
 `encode` is "encode ordinary": NFC-normalise, split with the Qwen-1 regex, BPE each piece; special-token text in
-lyrics is just bytes, so every id is below EOD (MODEL.md §1.2). Knows nothing about prompts (see protocol.py).
+lyrics is just bytes, so every id is below EOD. Knows nothing about prompts (see protocol.py).
 """
 from __future__ import annotations
 
@@ -39,7 +39,7 @@ class ByteTokenizer:
 
 
 def special_tokens(n_text: int) -> dict[str, int]:
-    """The tokenizer's specials, numbered from EOD in the order of MODEL.md §1.1 (ends at EOD + 207)."""
+    """The tokenizer's specials, numbered from EOD in the released order (ends at EOD + 207)."""
     names = ["<|endoftext|>", "<|im_start|>", "<|im_end|>", "<R>", "<S>", "<X>", "<mask>", "<sep>"]
     extras = [f"<extra_{i}>" for i in range(200)]
     extras[196], extras[197] = "<abc>", "</abc>"
