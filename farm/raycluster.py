@@ -6,7 +6,8 @@ a node's GPUs as interchangeable. Three ways in:
 - a running cluster (`--address`, or a `ray.init` already made in this process, as tests do): the inventory comes
   from a `--cluster` profile (virtual cards) or from NVML probes run on every node;
 - a cluster profile and no address: a local cluster with one Ray node per (profile node, GPU model) — a mixed host
-  becomes one node per model, since Ray treats a node's GPUs as interchangeable — whose cards are virtual (the work runs on the CPU);
+  becomes one node per model, since Ray treats a node's GPUs as interchangeable — whose cards are virtual (the
+  work runs on the CPU);
 - neither: a local Ray on this machine, its GPUs from NVML, or its CPU when it has none.
 """
 from __future__ import annotations

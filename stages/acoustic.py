@@ -1,9 +1,9 @@
 """The acoustic stage: semantic codes → VAE latents by 32-step midpoint flow matching on the NAR branch.
 
 Per chunk: one causal AR prefill of prefix + codes + MUSIC_END (its K/V do not depend on the latents or t, so they
-are computed once), then the ODE from noise (t = 1) to data (t = 0) with two velocity evaluations per step
-(the cached form of the MoT forward: see transformer.velocity). Noise is one CPU FP32 draw per song, so results do not depend on how the song is chunked or on
-which device runs it. Knows nothing about scheduling or storage.
+are computed once), then the ODE from noise (t = 1) to data (t = 0) with two velocity evaluations per step (the
+cached form of the MoT forward: transformer.velocity). Noise is one CPU FP32 draw per song, so results do not
+depend on how the song is chunked or on which device runs it. Knows nothing about scheduling or storage.
 """
 from __future__ import annotations
 

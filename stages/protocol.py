@@ -1,7 +1,8 @@
 """The YuE2 prompt protocol: song requests, prefixes for each stage, CFG negatives, context checks, chunk ranges.
 
-Everything here is pure bookkeeping over token ids (MODEL.md §1.3, §3.2); no tensors, no model. The three
-instruction strings must match the reference verbatim, because the real weights were trained on them.
+Everything here is pure bookkeeping over token ids (prompt assembly and acoustic chunk ranges); no tensors, no
+model. The three instruction strings must match the reference verbatim, because the real weights were trained on
+them.
 """
 from __future__ import annotations
 

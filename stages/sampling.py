@@ -1,4 +1,4 @@
-"""The per-step token sampler of the AR stages, in the reference's exact order (MODEL.md §4).
+"""The per-step token sampler of the AR stages, in the reference runtime's exact order (the `--exact` sampler).
 
 Order per step: (CFG combine) → dtype → allowed set → min_tokens → window penalty (power of the count) →
 temperature → top-k (ties survive) → top-p → softmax over the whole vocab row → multinomial with the request's own
