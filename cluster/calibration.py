@@ -20,16 +20,16 @@ DEFAULT_PATH = Path(__file__).resolve().parents[1] / "configs" / "calibration" /
 class Calibration:
     """Achieved / datasheet-peak ratios (dimensionless) and fixed costs (seconds).
 
-    Defaults = the starting factors of configs/calibration/h200.toml, derived there from PERFORMANCE.md.
+    Defaults = the starting factors of configs/calibration/h200.toml, derived there from docs/model.md §12.
     """
     gpu: str = "H200"
-    source: str = "built-in starting factors (PERFORMANCE.md, H200)"
+    source: str = "built-in starting factors (docs/model.md §12, H200)"
     ar_bandwidth_efficiency: float = 0.854   # bytes/s of the AR weight + KV stream / datasheet bandwidth
     ar_step_overhead_s: float = 2.31e-3      # per decode step: kernel launches, sampling, host sync
     ar_track_step_overhead_s: float = 0.0    # per track in the batch per step: its sampler and bookkeeping
     ar_compute_efficiency: float = 0.755     # when a large batch makes a step compute-bound
     prefill_efficiency: float = 0.448        # causal AR prefill FLOP/s / bf16 peak
-    acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (MODEL.md §6 FLOP count)
+    acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (docs/model.md §6 FLOP count)
     decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak
     job_overhead_s: float = 0.05             # per stage job: actor call, artifact write (assumption)
     # Per-stage AR overheads when measured (None: the [ar] values). The two AR stages sample differently (top-k 30

@@ -4,7 +4,7 @@ Responsible for: the work one track gives each stage (bytes, FLOP, tokens), how 
 seconds for a job or an AR decode step, per-track card time and first-track latency at a batch size, and fitting
 calibration factors to measurements. Not responsible for: memory (memory.py), choosing cards (placement.py).
 
-The model (MODEL.md §6, PERFORMANCE.md):
+The model (docs/model.md §6 and §12):
 - AR decode step for the jobs in a batch: overhead + max((weights + sum of KV read) / bandwidth, sum FLOP / bf16);
   the batch shares one read of the weights. Prefill: causal FLOP / bf16.
 - acoustic: (prefill + 64 velocity evals of 2 L_n 1.4094 G + 28 * 4 L_n (L_a + L_n) 2048 FLOP) / bf16 rate.

@@ -88,7 +88,7 @@ CATALOGUE: tuple[GpuSpec, ...] = (
     _spec("H100 SXM", "Hopper", (9, 0), 132, 1980, 79.6, 3350.0, 989.4, 66.9,
           "NVIDIA H100 Tensor Core GPU datasheet (SXM column)", ("H100 80GB HBM3",)),
     # GH100 with 141 GB HBM3e: same compute as H100 SXM, 4.8 TB/s. NVML total 150,754,820,096 B = 140.4 GiB
-    # (ECOSYSTEM.md §2, measured on the project's H200).
+    # (docs/model.md §12, measured on the project's H200).
     _spec("H200", "Hopper", (9, 0), 132, 1980, 140.4, 4800.0, 989.4, 66.9,
           "NVIDIA H200 Tensor Core GPU datasheet; memory total from NVML on the project's H200"),
     # GB10 superchip GPU: 48 SMs (6,144 CUDA cores), FP32 ~31 TFLOPS, 128 GB LPDDR5x *shared with the CPU*, 273 GB/s.
@@ -257,7 +257,7 @@ def device_from_spec(spec: GpuSpec, node: str, index: int) -> GpuDevice:
 
 
 def probe_nvml(node_name: str) -> list[GpuDevice]:
-    """The GPUs of this machine through NVML (ECOSYSTEM.md §2); [] when there is no library, driver or GPU.
+    """The GPUs of this machine through NVML (docs/model.md §12); [] when there is no library, driver or GPU.
 
     NVML ignores CUDA_VISIBLE_DEVICES: indices here are physical (PCI bus order, as CUDA_DEVICE_ORDER=PCI_BUS_ID).
     """

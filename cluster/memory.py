@@ -38,7 +38,7 @@ PREFILL_CHUNK = 4096
 VAE_LIVE_COPIES = 4.5
 VAE_HALO_FRAMES = 16
 
-# Weight groups each stage loads (MODEL.md §8). The acoustic stage runs the AR branch for its per-chunk prefill and
+# Weight groups each stage loads (docs/model.md §8). The acoustic stage runs the AR branch for its per-chunk prefill and
 # the NAR branch for the ODE; its prefill keeps K/V only, so it never needs lm_head (0.70 GiB).
 WEIGHT_GROUPS = {
     "plan": ("ar_layers", "embed", "lm_head"),
@@ -82,7 +82,7 @@ class MemoryNeed:
 @dataclass(frozen=True)
 class Peaks:
     """The largest dimensions of a workload that memory depends on (computed once per plan)."""
-    kv_capacity: tuple[int, int]     # static KV slots per track: plan, semantic (|prefix| + max_tokens, MODEL.md §4)
+    kv_capacity: tuple[int, int]     # KV slots per track: plan, semantic (|prefix| + max_tokens; docs/model.md §4)
     prefix: tuple[int, int]          # longest prefix: plan, semantic
     cfg_branches: int
     acoustic_kv_tokens: int          # longest AR prefix of an acoustic chunk (L_a)

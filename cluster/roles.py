@@ -27,7 +27,7 @@ class PlanOptions:
     calibration: Calibration = field(default_factory=default_calibration)
     calibrations: tuple[Calibration, ...] = ()   # per GPU model; cards without one use `calibration`
     reserve_gib: float = 1.0          # GiB each card keeps free (a profile's reserve_gib)
-    max_batch: int = 32               # most tracks one AR worker decodes at once (PERFORMANCE.md measures 32)
+    max_batch: int = 32               # most tracks one AR worker decodes at once (docs/model.md §12)
     shared_process: bool = True       # stages on one card share one process (weights loaded once, one CUDA context)
     decode_cores: tuple[int, ...] = (1024, 512, 256)
     exact_limit: int = 65536          # exact search up to this many assignments (16^4: any 4 cards are exact)

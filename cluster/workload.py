@@ -1,8 +1,8 @@
-"""Workload facts: the shape of the model (MODEL.md §2, §5-§7) and of one track, as plain numbers.
+"""Workload facts: the shape of the model (docs/model.md §2, §5-§7) and of one track, as plain numbers.
 
 Responsible for: parameter counts, bytes and FLOP per unit of work that the cost model needs, derived from the
-architecture (and checked against MODEL.md's published totals in tests); the length of each stage's work for one
-track. Not responsible for: hardware, memory budgets or timing (memory.py, costs.py).
+architecture (and checked in tests against the published totals, docs/model.md §6); the length of each stage's
+work for one track. Not responsible for: hardware, memory budgets or timing (memory.py, costs.py).
 """
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from pathlib import Path
 STAGES = ("plan", "semantic", "acoustic", "decode")
 AR_STAGES = ("plan", "semantic")
 
-# Reference track (PERFORMANCE.md): 214.85 s of audio, ~4,540 plan (ABC) tokens, 5,371 semantic tokens.
+# Reference track (docs/model.md §12): 214.85 s of audio, ~4,540 plan (ABC) tokens, 5,371 semantic tokens.
 REFERENCE_SECONDS = 214.85
 REFERENCE_PLAN_TOKENS = 4540
 REFERENCE_SEMANTIC_TOKENS = 5371
@@ -68,7 +68,7 @@ class ModelShape:
                    vae["channels"], tuple(vae["c_mults"]), tuple(vae["strides"]),
                    weight_bytes=4 if data.get("dtype") == "float32" else 2)
 
-    # --- parameters (MODEL.md §2, §3, §8) ---
+    # --- parameters (docs/model.md §2, §3, §8) ---
     @property
     def branch_params(self) -> int:
         """One branch (AR or NAR) over all layers: attention + MLP + 4 norm vectors per layer (1409.41 M)."""
@@ -100,7 +100,7 @@ class ModelShape:
         """Weights one AR decode step reads: the AR branch + lm_head (the embedding read is one row)."""
         return (self.branch_params + self.embed_params) * self.weight_bytes
 
-    # --- FLOP (MODEL.md §6) ---
+    # --- FLOP (docs/model.md §6) ---
     def ar_token_flop(self, context: float) -> float:
         """One generated token: 2 x (branch + lm_head) params plus attention 4 * ctx * hidden per layer."""
         return 2.0 * (self.branch_params + self.embed_params) + self.layers * 4.0 * context * self.hidden
@@ -110,10 +110,10 @@ class ModelShape:
         return 2.0 * tokens * self.branch_params + self.layers * 2.0 * tokens * tokens * self.hidden
 
     def velocity_eval_flop(self, ar_tokens: int, nar_tokens: int) -> float:
-        """One NAR velocity evaluation: 2 L_n * branch params + 28 * 4 * L_n (L_a + L_n) * 2048 (MODEL.md §6)."""
+        """One NAR velocity evaluation: 2 L_n * branch params + 28 * 4 * L_n (L_a + L_n) * 2048 (docs/model.md §6)."""
         return 2.0 * nar_tokens * self.branch_params + self.layers * 4.0 * nar_tokens * (ar_tokens + nar_tokens) * self.hidden
 
-    # --- VAE decoder (MODEL.md §5): derived from channels / c_mults / strides ---
+    # --- VAE decoder (docs/model.md §5): derived from channels / c_mults / strides ---
     def _vae_walk(self):
         """Yield (conv MACs per latent frame, output elements per frame) for each layer of the decoder."""
         ch, mults, strides = self.vae_channels, (1, *self.vae_c_mults), self.vae_strides
@@ -189,7 +189,7 @@ class TrackShape:
         return self.prefix_tokens(stage) + self.generated_tokens(stage) / 2.0
 
     def acoustic_chunks(self, model: ModelShape) -> list[tuple[int, int]]:
-        """(L_a, L_n) per acoustic chunk: S = (context - |P| - 3) // 2 frames each (MODEL.md §3.2)."""
+        """(L_a, L_n) per acoustic chunk: S = (context - |P| - 3) // 2 frames each (docs/model.md §3.2)."""
         prefix = self.semantic_prefix_tokens
         size = (model.context - prefix - 3) // 2
         if size < 1:

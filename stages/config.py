@@ -19,7 +19,7 @@ class ConfigError(ValueError):
 
 @dataclass(frozen=True)
 class ModelConfig:
-    """The Mixture-of-Transformers backbone (MODEL.md §2, §3, §7)."""
+    """The Mixture-of-Transformers backbone (docs/model.md §2, §3, §7)."""
     hidden_size: int
     intermediate_size: int
     num_hidden_layers: int
@@ -43,7 +43,7 @@ class ModelConfig:
 
 @dataclass(frozen=True)
 class TokenLayout:
-    """Where text, protocol markers and codec codes sit in the vocabulary (MODEL.md §1.1)."""
+    """Where text, protocol markers and codec codes sit in the vocabulary (docs/model.md §1.1)."""
     tokenizer: str          # "tiktoken" (qwen.tiktoken beside the weights) or "bytes" (tiny checkpoints)
     n_text: int
     codebook: int
@@ -89,7 +89,7 @@ BYTE_LAYOUT = TokenLayout(tokenizer="bytes", n_text=256, codebook=64)
 
 @dataclass(frozen=True)
 class VaeConfig:
-    """The Oobleck VAE (MODEL.md §5, §11.3). Only the decoder is ever run here."""
+    """The Oobleck VAE (docs/model.md §5, §11.3). Only the decoder is ever run here."""
     sample_rate: int
     audio_channels: int
     latent_dim: int                 # decoder input width
@@ -116,7 +116,7 @@ class VaeConfig:
 
 @dataclass(frozen=True)
 class Sampling:
-    """One AR stage's sampler settings (MODEL.md §4)."""
+    """One AR stage's sampler settings (docs/model.md §4)."""
     temperature: float
     top_p: float
     top_k: int
@@ -241,7 +241,7 @@ def from_toml(path: str | Path) -> Yue2Config:
 
 
 # --------------------------------------------------------------------------------------------------------------
-# config.json (the released checkpoint layout, MODEL.md §11.2 and §11.3)
+# config.json (the released checkpoint layout, docs/model.md §11.2 and §11.3)
 
 MODEL_JSON_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                      "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta", "max_position_embeddings",
@@ -317,7 +317,7 @@ def _as_table(obj) -> dict:
 def from_checkpoint(model_dir: str | Path, vae_dir: str | Path) -> Yue2Config:
     """Read a checkpoint in the released layout: `model_dir/config.json` (+ qwen.tiktoken) and `vae_dir/config.json`.
 
-    The token layout follows from the tokenizer file (MODEL.md §11.2): qwen.tiktoken → the full layout, none → the
+    The token layout follows from the tokenizer file (docs/model.md §11.2): qwen.tiktoken → the full layout, none → the
     byte layout of the tiny test models.
     """
     model_dir, vae_dir = Path(model_dir), Path(vae_dir)

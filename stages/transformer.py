@@ -1,6 +1,7 @@
 """The YuE2 Mixture-of-Transformers backbone: an AR branch (a Qwen3 decoder) and a NAR branch of the same shape.
 
-Module and parameter names mirror the released checkpoint (MODEL.md §8), so `state_dict()` keys are checkpoint keys.
+Module and parameter names mirror the released checkpoint (docs/model.md §8), so `state_dict()` keys are
+checkpoint keys.
 A model is built with only the parts a stage needs (`parts`): the AR stages never allocate a `nar_*` weight and the
 acoustic stage never allocates `lm_head`. This module holds the maths of one forward pass; it knows nothing about
 KV-cache policy, sampling, chunking or devices (see ar.py and acoustic.py).
@@ -150,7 +151,7 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
 
 
 def expected_shapes(cfg: ModelConfig, parts: frozenset[str] = frozenset({AR, HEAD, NAR})) -> dict[str, tuple]:
-    """Checkpoint name → shape of every tensor a model with `parts` holds (MODEL.md §8), without allocating."""
+    """Checkpoint name → shape of every tensor a model with `parts` holds (docs/model.md §8), without allocating."""
     with torch.device("meta"):
         model = YuE2(cfg, parts)
     return {name: tuple(t.shape) for name, t in model.state_dict().items()}
@@ -273,7 +274,7 @@ def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def timestep_tau(raw: float, dtype: torch.dtype, shift: float, device) -> torch.Tensor:
-    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (MODEL.md §3.2.4)."""
+    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4)."""
     sigma = torch.sigmoid(torch.tensor(raw, dtype=torch.float64).to(dtype).to(device))
     if shift == 1.0:
         return sigma
@@ -290,7 +291,7 @@ def nar_inputs(model: YuE2, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
 
 
 def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: float, cond_end: int = 0):
-    """The NAR velocity for latents x [n, latent] given a prefilled AR prefix (MODEL.md §3.2 step 3).
+    """The NAR velocity for latents x [n, latent] given a prefilled AR prefix (docs/model.md §3.2 step 3).
 
     `prefix_kv` holds each layer's prefix (k, v) [1, KV, L_a, D]; `cond_end` k > 0 lets the NAR rows see only the
     first k prefix keys (their RoPE positions still start at L_a = prefix_len). NAR rows attend non-causally to the
@@ -310,7 +311,7 @@ def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: floa
 
 
 def dense_velocity(model: YuE2, ids: torch.Tensor, x: torch.Tensor, raw: float, cond_end: int = 0):
-    """Reference form (MODEL.md §3.1): one masked pass over [AR tokens ; NAR slots], each row in its own branch.
+    """Reference form (docs/model.md §3.1): one masked pass over [AR tokens ; NAR slots], each row in its own branch.
 
     Slow and memory-hungry; it exists so tests can prove the cached per-chunk form equals it.
     """

@@ -1,4 +1,4 @@
-"""The Oobleck VAE decoder: latents [N, latent_dim] → 48 kHz stereo audio, full or tiled (MODEL.md §5, §8, §11).
+"""The Oobleck VAE decoder: latents [N, latent_dim] → 48 kHz stereo audio, full or tiled (docs/model.md §5, §8, §11).
 
 Owns the VAE file layout (encoder and decoder tensor names and shapes), random-init weights for test checkpoints,
 the decoder module with weight norm folded once at load, the receptive-field arithmetic behind the tiling halo, and
@@ -132,13 +132,13 @@ def random_vae_tensors(cfg: VaeConfig, seed: int) -> dict[str, torch.Tensor]:
 # weight_g / weight_v pair folded into one `weight`.
 
 def _check_supported(cfg: VaeConfig) -> None:
-    """Only the standard release decoder is specified (MODEL.md §11.3); anything else is refused by name."""
+    """Only the standard release decoder is specified (docs/model.md §11.3); anything else is refused by name."""
     wrong = {"use_filter": (cfg.use_filter, False), "snake_type": (cfg.snake_type, "vanilla"),
              "release_variant": (cfg.release_variant, "standard"), "final_tanh": (cfg.final_tanh, False),
              "use_snake": (cfg.use_snake, True)}
     for field, (got, want) in wrong.items():
         if got != want:
-            raise ValueError(f"VaeConfig.{field}={got!r} is not supported (only {want!r}; MODEL.md §11.3)")
+            raise ValueError(f"VaeConfig.{field}={got!r} is not supported (only {want!r}; docs/model.md §11.3)")
 
 
 class SnakeBeta(nn.Module):
@@ -275,7 +275,7 @@ def required_halo(cfg: VaeConfig) -> int:
 
 
 def _decode_tiles(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int) -> torch.Tensor:
-    """MODEL.md §5's tiling without the halo check: [B, C, T] → [B, audio_channels, 1920·T − 64]."""
+    """docs/model.md §5's tiling without the halo check: [B, C, T] → [B, audio_channels, 1920·T − 64]."""
     hop, frames = decoder.cfg.hop, z.shape[-1]
     total = decoder.output_length(frames)
     pieces = []

@@ -1,4 +1,4 @@
-"""The acoustic stage: solver, chunking, noise slicing (MODEL.md §9.2, §9.3), on the tiny checkpoint."""
+"""The acoustic stage: solver, chunking, noise slicing (docs/model.md §9.2, §9.3), on the tiny checkpoint."""
 from __future__ import annotations
 
 import numpy as np

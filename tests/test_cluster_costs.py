@@ -30,7 +30,7 @@ def test_model_shape_matches_model_md():
     assert M.vae_decoder_params / 1e6 == pytest.approx(66.37, abs=0.01)
     assert M.vae_decoder_params * 4 / GIB == pytest.approx(0.247, abs=0.001)
     assert M.vae_flop_per_frame * 25 / 1e9 == pytest.approx(57.7, abs=0.05)     # GFLOP per second of audio
-    # MODEL.md §6 example: a 180 s song, L_n 4502, L_a ~6000.
+    # docs/model.md §6 example: a 180 s song, L_n 4502, L_a ~6000.
     linear = 2 * 4502 * M.branch_params
     assert linear / 1e12 == pytest.approx(12.7, abs=0.05)
     assert (M.velocity_eval_flop(6000, 4502) - linear) / 1e12 == pytest.approx(10.8, abs=0.05)

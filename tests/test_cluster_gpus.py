@@ -78,7 +78,7 @@ def test_catalogue_rates_agree_with_per_sm_figures(model):
 
 
 def test_h200_nvml_facts_give_its_bandwidth_and_sm_count():
-    """ECOSYSTEM.md §2: 6016-bit bus at 3201 MHz = 4.81 TB/s; 16,896 cores / 128 per SM = 132 SMs."""
+    """docs/model.md §12: 6016-bit bus at 3201 MHz = 4.81 TB/s; 16,896 cores / 128 per SM = 132 SMs."""
     bandwidth = 6016 / 8 * 3201 * 1e6 * 2
     assert bandwidth == pytest.approx(4.81e12, rel=1e-3)
     assert 16896 // SM_RATES[(9, 0)].cores_per_sm == 132

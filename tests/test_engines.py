@@ -1,4 +1,4 @@
-"""Parity of the production forms against the simple ones (MODEL.md §9.1, §9.4), on the tiny random checkpoint."""
+"""Parity of the production forms against the simple ones (docs/model.md §9.1, §9.4), on the tiny random checkpoint."""
 from __future__ import annotations
 
 import numpy as np

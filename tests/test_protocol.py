@@ -1,4 +1,4 @@
-"""Prompt assembly, CFG negatives, context checks and chunk ranges (MODEL.md §1.3, §3.2)."""
+"""Prompt assembly, CFG negatives, context checks and chunk ranges (docs/model.md §1.3, §3.2)."""
 from __future__ import annotations
 
 import pytest

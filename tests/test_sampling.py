@@ -1,4 +1,4 @@
-"""Sampler semantics, step by step (MODEL.md §4, §9.6)."""
+"""Sampler semantics, step by step (docs/model.md §4, §9.6)."""
 from __future__ import annotations
 
 import torch
