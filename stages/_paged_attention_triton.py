@@ -11,9 +11,13 @@ import triton.language as tl
 def split_kv_attention(Q, K, V, BT, LENS, PART, LSE,
                        sq_r, sq_h, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale,
                        GROUPS: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                       SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, ROUNDS: tl.constexpr):
+                       SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, ROUNDS: tl.constexpr,
+                       PDL: tl.constexpr):
     """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row's cached keys: the query heads of one
     GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it."""
+    if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row, kvh = tl.program_id(0), tl.program_id(1)
     past = tl.load(LENS + row) - 1
     if past > tl.program_id(2) * SPLIT:
@@ -61,9 +65,12 @@ def merge_and_store(Q, KN, VN, K, V, BT, LENS, PART, LSE, OUT,
                     sq_r, sq_h, skn_r, skn_h, svn_r, svn_h, sk_p, sk_h, sk_t, sbt_r,
                     sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale,
                     GROUPS: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr,
-                    MAX_SPLITS: tl.constexpr):
+                    MAX_SPLITS: tl.constexpr, PDL: tl.constexpr):
     """Program (row, head): the new key first, then the row's spans in order, 32 at a time (a fixed order, so
     batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     row, head = tl.program_id(0), tl.program_id(1)
     length = tl.load(LENS + row)
     d = tl.arange(0, D)

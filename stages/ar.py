@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import torch
 
-from . import fast_sampling, sampling
+from . import fast_sampling, sampling, skinny_gemm
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
@@ -358,20 +358,27 @@ class AREngine:
 
 
 def _step_head(x, in_norm, qkv, q_norm, k_norm, cos, sin, d):
-    """layer_head over explicit tensors (what torch.compile sees as inputs: one graph serves every layer)."""
-    return layer_head(x, BranchWeights(in_norm, qkv, q_norm, k_norm, None, None, None, None), cos, sin, d)
+    """layer_head over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
+    matrix products in the skinny-GEMM op."""
+    return layer_head(x, BranchWeights(in_norm, qkv, q_norm, k_norm, None, None, None, None), cos, sin, d,
+                      skinny_gemm.linear)
 
 
 def _step_tail(x, attn, o, post_norm, gate_up, down, d):
-    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d)
+    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
+                      skinny_gemm.linear)
 
 
 _COMPILED: dict = {}
 
 
 def _compiled(fn):
+    """Inductor's kernels use programmatic dependent launch where the card has it (Hopper on), like ours."""
     if fn not in _COMPILED:
-        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False)
+        from torch._inductor import config as inductor
+
+        options = {"triton.enable_pdl": True} if hasattr(inductor.triton, "enable_pdl") else {}
+        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
     return _COMPILED[fn]
 
 

@@ -147,7 +147,7 @@ def draw(logits: torch.Tensor, t: SlotTable) -> torch.Tensor:
     ids, probs = candidates(x, t)
     race = probs / -torch.log(uniforms(t.key, t.count, ids))
     drawn = ids.gather(1, race.argmax(dim=1, keepdim=True))[:, 0]
-    return torch.where(t.temperature == 0, x.argmax(dim=1), drawn)
+    return torch.where(t.temperature == 0, ids[:, 0], drawn)    # the best score, lowest id among ties
 
 
 def advance(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:

@@ -57,10 +57,12 @@ def _launch(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Ten
     import triton
 
     from ._paged_attention_triton import merge_and_store, split_kv_attention
+    from .skinny_gemm import pdl
 
     rows, heads, d = q.shape
     kv, page = k_pool.shape[1], k_pool.shape[2]
     groups = heads // kv
+    early = pdl(q.device)
     max_splits = triton.cdiv(block_table.shape[1] * page, SPLIT)
     part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=q.device)
     lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=q.device)
@@ -71,13 +73,15 @@ def _launch(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Ten
         q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         qk_scale, GROUPS=groups, GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d, PAGE=page, SPLIT=SPLIT,
-        IEEE=q.dtype == torch.float32, PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS))
+        IEEE=q.dtype == torch.float32, PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS), PDL=early,
+        launch_pdl=early)
     merge_and_store[(rows, heads)](
         q, k_new, v_new, k_pool, v_pool, block_table, seq_lens, part, lse, out,
         q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
         k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-        qk_scale, GROUPS=groups, D=d, PAGE=page, SPLIT=SPLIT, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32)
+        qk_scale, GROUPS=groups, D=d, PAGE=page, SPLIT=SPLIT, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32,
+        PDL=early, launch_pdl=early)
     return out
 
 

@@ -15,7 +15,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from . import skinny_gemm
 from .config import ModelConfig
+from .rmsnorm import rms_norm
 
 AR, HEAD, NAR = "ar", "head", "nar"   # the weight groups a stage can ask for
 
@@ -221,17 +223,12 @@ def _concat_in_place(linears) -> torch.Tensor:
     return fused
 
 
-def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
-    """YuE2's rounding order (the reference runtime's, for bitwise parity): the rsqrt factor in FP32, cast to x's
-    dtype, then x·factor·weight (HF Qwen3 instead normalises in FP32 and casts afterwards)."""
-    factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
-    return (x * factor.to(x.dtype)) * weight
-
-
-def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims):
-    """Input norm, fused q/k/v, per-head q/k norm, RoPE. x [B, T, H] → q [B, heads, T, D], k, v [B, KV, T, D]."""
+def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims, linear=skinny_gemm.reference):
+    """Input norm, fused q/k/v, per-head q/k norm, RoPE. x [B, T, H] → q [B, heads, T, D], k, v [B, KV, T, D].
+    `linear(x, w, epilogue, residual, norm=, eps=)` runs the matrix products (with the RMSNorm before them):
+    plain PyTorch by default, the skinny-GEMM op in the AR decode step (skinny_gemm.py; same maths)."""
     b, t, _ = x.shape
-    q, k, v = F.linear(rms_norm(x, w.in_norm, d.eps), w.qkv).split(
+    q, k, v = linear(x, w.qkv, norm=w.in_norm, eps=d.eps).split(
         [d.heads * d.head_dim, d.kv_heads * d.head_dim, d.kv_heads * d.head_dim], dim=-1)
     q = rms_norm(q.reshape(b, t, d.heads, d.head_dim), w.q_norm, d.eps)
     k = rms_norm(k.reshape(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps)
@@ -239,12 +236,14 @@ def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims):
     return q.transpose(1, 2), k.transpose(1, 2), v.reshape(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
 
 
-def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims) -> torch.Tensor:
-    """o_proj + residual, then the SwiGLU MLP + residual. attn [B, heads, T, D] → x [B, T, H]."""
+def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims,
+               linear=skinny_gemm.reference) -> torch.Tensor:
+    """o_proj + residual, then the SwiGLU MLP (silu(gate)·up over the fused gate/up weight) + residual.
+    attn [B, heads, T, D] → x [B, T, H]."""
     b, _, t, _ = attn.shape
-    x = x + F.linear(attn.transpose(1, 2).reshape(b, t, d.heads * d.head_dim), w.o)
-    gate, up = F.linear(rms_norm(x, w.post_norm, d.eps), w.gate_up).chunk(2, dim=-1)
-    return x + F.linear(F.silu(gate) * up, w.down)
+    x = linear(attn.transpose(1, 2).reshape(b, t, d.heads * d.head_dim), w.o, "add", x)
+    h = linear(x, w.gate_up, "silu_mul", norm=w.post_norm, eps=d.eps)
+    return linear(h, w.down, "add", x)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,

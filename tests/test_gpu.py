@@ -105,3 +105,36 @@ def test_compiled_step_is_as_close_to_fp32_as_the_eager_step(gpu_model, tiny_ckp
         got = [engine.next_logits[0].float().clone()] + [engine.decode({0: t})[0].float() for t in ids[100:-1]]
         error[compiled] = (torch.stack(got) - ref).abs().mean().item()
     assert error[True] <= 1.1 * error[False], error
+
+
+@pytest.mark.parametrize("n,k,epilogue,normed", [(4096, 2048, "none", True), (2048, 2048, "add", False),
+                                                 (6144, 2048, "silu_mul", True), (2048, 6144, "add", False),
+                                                 (4096, 2048, "none", False), (256, 128, "silu_mul", False)])
+def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, normed):
+    """Our skinny GEMM on the yue2-3b shapes (and a tiny one): close to the cuBLAS result, bitwise repeatable, and
+    a row's result does not change when the other rows do."""
+    from stages import skinny_gemm as sg
+
+    g = torch.Generator(device="cuda").manual_seed(n + k)
+    rows = 2 * n if epilogue == "silu_mul" else n
+    w = (torch.randn(rows, k, device="cuda", generator=g) * 0.02).bfloat16()
+    x = torch.randn(32, k, device="cuda", generator=g).bfloat16()
+    res = torch.randn(32, n, device="cuda", generator=g).bfloat16() if epilogue == "add" else None
+    norm = (torch.rand(k, device="cuda", generator=g) + 0.5).bfloat16() if normed else None
+    assert sg.tiling(n, k, epilogue) is not None
+
+    def run(a, r):
+        return sg.linear(a, w, epilogue, r, norm, 1e-6)
+    got = run(x, res)
+    want = sg.reference(x, w, epilogue, res, norm, 1e-6)
+    scale = want.float().abs().mean().item()
+    assert (got.float() - want.float()).abs().max().item() <= 0.05 * max(scale, 1e-3) + 0.02
+    assert torch.equal(got, run(x, res))
+    other = x.clone()
+    other[1:] = torch.randn(31, k, device="cuda", generator=g).bfloat16()
+    other_res = None
+    if res is not None:
+        other_res = res.clone()
+        other_res[1:] = 0
+    assert torch.equal(run(other, other_res)[0], got[0])
+    assert torch.equal(run(x[:1], None if res is None else res[:1])[0], got[0])

@@ -1,0 +1,105 @@
+"""Triton kernel behind `skinny_gemm.linear` (imported only on CUDA hosts, or in the interpreter).
+
+The weight is the big operand and is read once; the few activation rows ride along. A program computes the
+transposed tile out[m, n-tile]ᵀ = W[n-tile, k-range] · X[m, k-range]ᵀ, so the weight tile is the MMA's tall side.
+With SPLIT > 1 the K range is cut into SPLIT parts whose FP32 partials go to a workspace; the program that finishes
+last for an n-tile (an atomic counter tells it) sums the partials in the order 0, 1, …, SPLIT − 1 and applies the
+epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
+result never depends on the other rows.
+"""
+import triton
+import triton.language as tl
+
+NONE, ADD, SILU_MUL = 0, 1, 2       # epilogues
+
+
+@triton.jit
+def _tile(X, W, NW, M, sx, sw, n, k_lo, w_first, eps,
+          K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
+          NORM: tl.constexpr):
+    """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM]; the first weight tile is already loaded.
+    With NORM, X is RMS-normalised with weight NW first: x·NW goes into the dot, Σx² is summed on the way, and the
+    row's factor rsqrt(mean x² + eps) (rounded to X's dtype, as the unfused norm rounds it) scales the result."""
+    m = tl.arange(0, BM)
+    kk = tl.arange(0, BK)
+    acc = tl.zeros([BN, BM], tl.float32)
+    squares = tl.zeros([BM], tl.float32)
+    xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
+    if NORM:
+        squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
+        xt = xt * tl.load(NW + k_lo + kk)[:, None]
+    acc = tl.dot(w_first, xt, acc)
+    for i in tl.range(BK, K_PART, BK, num_stages=STAGES):
+        k = k_lo + i
+        xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
+        if NORM:
+            squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
+            xt = xt * tl.load(NW + k + kk)[:, None]
+        w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
+        acc = tl.dot(w, xt, acc)
+    if NORM:
+        factor = tl.math.rsqrt(squares / K_PART + eps).to(X.dtype.element_ty).to(tl.float32)
+        acc = acc * factor[None, :]
+    return acc
+
+
+@triton.jit
+def _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI: tl.constexpr, BM: tl.constexpr):
+    """The epilogue, with the rounding of the unfused ops: each GEMM result is rounded to the output dtype first."""
+    m = tl.arange(0, BM)
+    dtype = OUT.dtype.element_ty
+    y = acc.to(dtype)
+    if EPI == 1:     # residual + x·Wᵀ
+        r = tl.load(RES + m[None, :] * sr + n[:, None], mask=m[None, :] < M, other=0.0)
+        y = (y.to(tl.float32) + r.to(tl.float32)).to(dtype)
+    if EPI == 2:     # silu(gate) · up
+        g = y.to(tl.float32)
+        s = (g * tl.sigmoid(g)).to(dtype)
+        y = (s.to(tl.float32) * acc2.to(dtype).to(tl.float32)).to(dtype)
+    tl.store(OUT + m[None, :] * so + n[:, None], y, mask=m[None, :] < M)
+
+
+@triton.jit
+def skinny_gemm(X, W, OUT, RES, PART, COUNT, NW, M, N, sx, sw, so, sr, eps,
+                K: tl.constexpr, NORM: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
+                SPLIT: tl.constexpr, EPI: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+    """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N. NORM needs
+    SPLIT == 1 (the factor needs the whole row).
+
+    With PDL (programmatic dependent launch, sm90+) the kernel may start while the one before it finishes: it
+    loads its first weight tiles (weights are never written), then waits for the previous kernel before it reads
+    an activation or writes anything, and only then lets the next kernel start."""
+    n = tl.program_id(0) * BN + tl.arange(0, BN)
+    part = tl.program_id(1)
+    K_PART: tl.constexpr = K // SPLIT
+    k_lo = part * K_PART
+    kk = tl.arange(0, BK)
+    w_first = tl.load(W + n[:, None].to(tl.int64) * sw + (k_lo + kk)[None, :])
+    w_first2 = w_first
+    if EPI == 2:
+        w_first2 = tl.load(W + (n + N)[:, None].to(tl.int64) * sw + (k_lo + kk)[None, :])
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    acc = _tile(X, W, NW, M, sx, sw, n, k_lo, w_first, eps, K_PART, BM, BN, BK, STAGES, NORM)
+    acc2 = acc
+    if EPI == 2:
+        acc2 = _tile(X, W, NW, M, sx, sw, n + N, k_lo, w_first2, eps, K_PART, BM, BN, BK, STAGES, NORM)
+    if SPLIT == 1:
+        _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI, BM)
+    else:
+        m = tl.arange(0, BM)
+        cell = n[:, None] * BM + m[None, :]                       # PART is [SPLIT, 2, N, BM] FP32
+        tl.store(PART + (part * 2) * N * BM + cell, acc)
+        if EPI == 2:
+            tl.store(PART + (part * 2 + 1) * N * BM + cell, acc2)
+        done = tl.atomic_add(COUNT + tl.program_id(0), 1, sem="acq_rel")
+        if done == SPLIT - 1:                                     # the last part of this n-tile to finish
+            total = tl.zeros([BN, BM], tl.float32)
+            total2 = tl.zeros([BN, BM], tl.float32)
+            for s in tl.static_range(SPLIT):
+                total += tl.load(PART + (s * 2) * N * BM + cell, cache_modifier=".cg")
+                if EPI == 2:
+                    total2 += tl.load(PART + (s * 2 + 1) * N * BM + cell, cache_modifier=".cg")
+            tl.store(COUNT + tl.program_id(0), 0)                  # ready for the next call (and graph replay)
+            _finish(total, total2, OUT, RES, M, so, sr, n, EPI, BM)

@@ -1,0 +1,143 @@
+"""Linear layers for the AR decode step, where a few rows meet a big weight: `linear(x, w, epilogue, residual)`.
+
+At 32 rows a step's GEMMs only read weights, so their time is bytes over bandwidth; cuBLAS picks tiles for such
+shapes that reach 1.4–2.3 TB/s on an H200 for the small matrices (q/k/v, o, down). On CUDA this op is our Triton
+kernel (`_skinny_gemm_triton.py`): the weight tile is the MMA's tall side, the K range is split across programs
+when the matrix is too small to fill the card, and the partials are summed in a fixed order by whichever program
+finishes last — deterministic, and a row's numbers never depend on the other rows (batch invariance). Two
+epilogues fold the step's glue into the GEMM: `add` (the residual) and `silu_mul` (SwiGLU over a fused gate/up
+weight). Each rounds like the unfused ops: the GEMM result goes to the output dtype before the epilogue's maths.
+A prologue folds in the RMSNorm before q/k/v and gate/up: the kernel multiplies x by the norm weight as it loads it,
+sums x² on the way, and scales each row's result by its rsqrt factor at the end — the same maths as normalising
+first, with the factor applied after the dot product (so not bit-equal to the unfused form; the bench prints
+how far the step's logits are from an FP32 forward).
+On the CPU the same op runs plain PyTorch. `farm bench gemm` measures it against cuBLAS on the model's shapes.
+"""
+from __future__ import annotations
+
+import dataclasses
+import functools
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from .rmsnorm import rms_norm
+
+EPILOGUES = ("none", "add", "silu_mul")
+MAX_ROWS = 32        # the kernel's row tile: the AR step's slot count
+
+
+@dataclass(frozen=True)
+class Tiling:
+    block_n: int
+    block_k: int
+    split: int
+    warps: int = 4
+    stages: int = 4
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
+              norm: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+    """x [M, K], w [N, K] ([2N, K] with gate rows first for silu_mul) → [M, N] in x's dtype. With `norm` (an
+    RMSNorm weight [K]) x is normalised first."""
+    if norm is not None:
+        x = rms_norm(x, norm, eps)
+    y = F.linear(x, w)
+    if epilogue == "add":
+        return residual + y
+    if epilogue == "silu_mul":
+        gate, up = y.chunk(2, dim=-1)
+        return F.silu(gate) * up
+    return y
+
+
+def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
+           norm: torch.Tensor | None = None, eps: float = 0.0) -> torch.Tensor:
+    """The op: our kernel on CUDA for up to MAX_ROWS rows of a shape `tiling` covers, `reference` elsewhere.
+    x [..., K]; residual (for "add") shaped like the output."""
+    lead = x.shape[:-1]
+    flat = x.reshape(-1, x.shape[-1])
+    res = residual.reshape(flat.shape[0], -1) if residual is not None else None
+    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm, eps)
+    return out.reshape(*lead, out.shape[-1])
+
+
+# Measured on an H200 (`.gpu`-style sweep over block sizes, splits, warps and stages at 32 rows, 28 weights in
+# turn so nothing is served from L2): the best tiling of each yue2-3b shape, per output width, depth, epilogue.
+MEASURED = {
+    (4096, 2048, "none"): Tiling(32, 256, 1, 4, 5),      # q/k/v   7.4 µs, 2.26 TB/s (cuBLAS 7.4 µs)
+    (2048, 2048, "add"): Tiling(16, 256, 1, 4, 5),       # o       6.0 µs (cuBLAS + add 7.7 µs)
+    (6144, 2048, "silu_mul"): Tiling(64, 128, 1, 4, 5),  # gate/up 16.0 µs, 3.14 TB/s (cuBLAS + SiLU·up 21.2 µs)
+    (2048, 6144, "add"): Tiling(64, 128, 4, 4, 5),       # down    9.9 µs, 2.53 TB/s (cuBLAS + add 12.3 µs)
+}
+
+
+def tiling(n: int, k: int, epilogue: str) -> Tiling | None:
+    """The tiles for an output width n and depth k: measured ones for the model's shapes, else a rule that gives
+    about one program per SM; None when the shape does not divide into them (the op then runs the reference)."""
+    if (n, k, epilogue) in MEASURED:
+        return MEASURED[(n, k, epilogue)]
+    block_n = 32 if n % 32 == 0 else 16
+    block_k = next((b for b in (128, 64, 32, 16) if k % b == 0), None)
+    if n % block_n or block_k is None:
+        return None
+    split = 1
+    while (n // block_n) * split < 128 and k % (block_k * split * 2) == 0 and split < 8:
+        split *= 2
+    return Tiling(block_n=block_n, block_k=block_k, split=split)
+
+
+# ---- the Triton launch (imported only where CUDA is) -------------------------------------------------------------
+
+_COUNTERS: dict = {}
+
+
+@functools.cache
+def pdl(device: torch.device) -> bool:
+    """Programmatic dependent launch (a kernel starts while the one before it ends): on Hopper and later."""
+    return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
+
+
+def _launch(x, w, epilogue, residual, norm=None, eps=0.0, t: Tiling | None = None):
+    from . import _skinny_gemm_triton as kern
+
+    m, k = x.shape
+    n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
+    t = t or tiling(n, k, epilogue)
+    if m > MAX_ROWS or t is None or x.stride(1) != 1 or w.stride(1) != 1:
+        return reference(x, w, epilogue, residual, norm, eps)
+    if norm is not None and t.split > 1:      # the norm factor needs whole rows
+        t = dataclasses.replace(t, split=1)
+    out = torch.empty(m, n, dtype=x.dtype, device=x.device)
+    tiles = n // t.block_n
+    part = count = out
+    if t.split > 1:
+        part = torch.empty(t.split, 2, n, MAX_ROWS, dtype=torch.float32, device=x.device)
+        key = (x.device, w.data_ptr(), epilogue)       # one counter row per weight: calls never share counters
+        if key not in _COUNTERS:
+            _COUNTERS[key] = torch.zeros(tiles, dtype=torch.int32, device=x.device)
+        count = _COUNTERS[key]
+    res = residual if residual is not None else out
+    kern.skinny_gemm[(tiles, t.split)](
+        x, w, out, res, part, count, norm if norm is not None else w, m, n, x.stride(0), w.stride(0),
+        out.stride(0), res.stride(0), eps, K=k, NORM=norm is not None, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split, EPI=EPILOGUES.index(epilogue),
+        STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
+    return out
+
+
+def _register() -> None:
+    @torch.library.custom_op("yue2::skinny_linear", mutates_args=())
+    def _op(x: torch.Tensor, w: torch.Tensor, epilogue: str, residual: torch.Tensor | None,
+            norm: torch.Tensor | None, eps: float) -> torch.Tensor:
+        return reference(x, w, epilogue, residual, norm, eps)
+
+    _op.register_kernel("cuda")(_launch)
+
+    @_op.register_fake
+    def _(x, w, epilogue, residual, norm, eps):
+        n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
+        return x.new_empty(x.shape[0], n)
+
+
+_register()
