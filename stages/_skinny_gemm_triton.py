@@ -14,32 +14,18 @@ NONE, ADD, SILU_MUL = 0, 1, 2       # epilogues
 
 
 @triton.jit
-def _tile(X, W, NW, M, sx, sw, n, k_lo, w_first, eps,
-          K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr,
-          NORM: tl.constexpr):
-    """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM]; the first weight tile is already loaded.
-    With NORM, X is RMS-normalised with weight NW first: x·NW goes into the dot, Σx² is summed on the way, and the
-    row's factor rsqrt(mean x² + eps) (rounded to X's dtype, as the unfused norm rounds it) scales the result."""
+def _tile(X, W, M, sx, sw, n, k_lo, w_first,
+          K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
+    """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM]; the first weight tile is already loaded."""
     m = tl.arange(0, BM)
     kk = tl.arange(0, BK)
-    acc = tl.zeros([BN, BM], tl.float32)
-    squares = tl.zeros([BM], tl.float32)
     xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
-    if NORM:
-        squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
-        xt = xt * tl.load(NW + k_lo + kk)[:, None]
-    acc = tl.dot(w_first, xt, acc)
+    acc = tl.dot(w_first, xt, tl.zeros([BN, BM], tl.float32))
     for i in tl.range(BK, K_PART, BK, num_stages=STAGES):
         k = k_lo + i
         xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
-        if NORM:
-            squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
-            xt = xt * tl.load(NW + k + kk)[:, None]
         w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
         acc = tl.dot(w, xt, acc)
-    if NORM:
-        factor = tl.math.rsqrt(squares / K_PART + eps).to(X.dtype.element_ty).to(tl.float32)
-        acc = acc * factor[None, :]
     return acc
 
 
@@ -60,11 +46,10 @@ def _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI: tl.constexpr, BM: tl.constex
 
 
 @triton.jit
-def skinny_gemm(X, W, OUT, RES, PART, COUNT, NW, M, N, sx, sw, so, sr, eps,
-                K: tl.constexpr, NORM: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-                SPLIT: tl.constexpr, EPI: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
-    """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N. NORM needs
-    SPLIT == 1 (the factor needs the whole row).
+def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr,
+                K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
+                EPI: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+    """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N.
 
     With PDL (programmatic dependent launch, sm90+) the kernel may start while the one before it finishes: it
     loads its first weight tiles (weights are never written), then waits for the previous kernel before it reads
@@ -81,10 +66,10 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, NW, M, N, sx, sw, so, sr, eps,
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    acc = _tile(X, W, NW, M, sx, sw, n, k_lo, w_first, eps, K_PART, BM, BN, BK, STAGES, NORM)
+    acc = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES)
     acc2 = acc
     if EPI == 2:
-        acc2 = _tile(X, W, NW, M, sx, sw, n + N, k_lo, w_first2, eps, K_PART, BM, BN, BK, STAGES, NORM)
+        acc2 = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES)
     if SPLIT == 1:
         _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI, BM)
     else:

@@ -17,7 +17,6 @@ from torch import nn
 
 from . import skinny_gemm
 from .config import ModelConfig
-from .rmsnorm import rms_norm
 
 AR, HEAD, NAR = "ar", "head", "nar"   # the weight groups a stage can ask for
 
@@ -223,12 +222,19 @@ def _concat_in_place(linears) -> torch.Tensor:
     return fused
 
 
+def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """YuE2's rounding order (the reference runtime's, for bitwise parity): the rsqrt factor in FP32, cast to x's
+    dtype, then x·factor·weight (HF Qwen3 instead normalises in FP32 and casts afterwards)."""
+    factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + eps)
+    return (x * factor.to(x.dtype)) * weight
+
+
 def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims, linear=skinny_gemm.reference):
     """Input norm, fused q/k/v, per-head q/k norm, RoPE. x [B, T, H] → q [B, heads, T, D], k, v [B, KV, T, D].
-    `linear(x, w, epilogue, residual, norm=, eps=)` runs the matrix products (with the RMSNorm before them):
-    plain PyTorch by default, the skinny-GEMM op in the AR decode step (skinny_gemm.py; same maths)."""
+    `linear(x, w, epilogue, residual)` runs the matrix products: plain PyTorch by default, the skinny-GEMM op in
+    the AR decode step (skinny_gemm.py; same maths and rounding order)."""
     b, t, _ = x.shape
-    q, k, v = linear(x, w.qkv, norm=w.in_norm, eps=d.eps).split(
+    q, k, v = linear(rms_norm(x, w.in_norm, d.eps), w.qkv).split(
         [d.heads * d.head_dim, d.kv_heads * d.head_dim, d.kv_heads * d.head_dim], dim=-1)
     q = rms_norm(q.reshape(b, t, d.heads, d.head_dim), w.q_norm, d.eps)
     k = rms_norm(k.reshape(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps)
@@ -242,7 +248,7 @@ def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims,
     attn [B, heads, T, D] → x [B, T, H]."""
     b, _, t, _ = attn.shape
     x = linear(attn.transpose(1, 2).reshape(b, t, d.heads * d.head_dim), w.o, "add", x)
-    h = linear(x, w.gate_up, "silu_mul", norm=w.post_norm, eps=d.eps)
+    h = linear(rms_norm(x, w.post_norm, d.eps), w.gate_up, "silu_mul")
     return linear(h, w.down, "add", x)
 
 
