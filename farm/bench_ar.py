@@ -84,6 +84,7 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
               "weight_bytes": wbytes, "kv_bytes_per_token": kv_token, "slots": engine.slots, "block": engine.block,
               "engine_build_seconds": build_seconds, "rows": table,
               "invariance": batch_invariance(engine, cfg), "kernel": kernel_vs_sdpa(engine, cfg) if cuda else None,
+              "gemm": gemm_vs_cublas(engine) if cuda else None,
               "numerics": numerics(engine, ckpt, device, numerics_tokens)}
     print_report(report)
     if json_out:
@@ -175,6 +176,35 @@ def kernel_vs_sdpa(engine, cfg) -> dict:
             "bytes_per_call": 2 * rows * ctx * m.num_key_value_heads * m.head_dim * 2}
 
 
+def gemm_vs_cublas(engine) -> dict:
+    """Each matrix product of the step over all layers' weights in turn (32 rows, as the step runs them, replayed
+    as a CUDA graph): our skinny-GEMM op with its epilogue vs cuBLAS plus the epilogue as separate ops."""
+    import torch
+
+    from stages import skinny_gemm
+
+    slots, h = engine.slots, engine.cfg.hidden_size
+    x = torch.randn(slots, h, dtype=engine.dtype, device=engine.device)
+    out = {}
+    for name, epilogue in (("qkv", "none"), ("o", "add"), ("gate_up", "silu_mul"), ("down", "add")):
+        weights = [getattr(w, name) for w in engine.weights]
+        a = torch.randn(slots, weights[0].shape[1], dtype=engine.dtype, device=engine.device)
+        residual = x if epilogue == "add" else None
+
+        def ours():
+            return [skinny_gemm.linear(a, w, epilogue, residual) for w in weights]
+
+        def cublas():
+            return [skinny_gemm.reference(a, w, epilogue, residual) for w in weights]
+
+        nbytes = sum(w.numel() * w.element_size() for w in weights)
+        t_ours, t_cublas = _time_graph(ours), _time_graph(cublas)
+        out[name] = {"epilogue": epilogue, "layers": len(weights), "bytes_per_layer": nbytes / len(weights),
+                     "ours_us": t_ours * 1e6 / len(weights),
+                     "cublas_us": t_cublas * 1e6 / len(weights)}
+    return out
+
+
 def numerics(engine, ckpt, device: str, tokens: int) -> dict:
     """Teacher-forced logits of the step vs an FP32 forward, beside a plain BF16 forward vs the same FP32."""
     import torch
@@ -231,6 +261,18 @@ def _time(fn, repeats: int = 50) -> float:
     return start.elapsed_time(end) / 1e3 / repeats
 
 
+def _time_graph(fn, repeats: int = 20) -> float:
+    """Seconds per call of fn captured as one CUDA graph (launch costs as in the engine's replayed step)."""
+    import torch
+
+    fn()
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn()
+    return _time(graph.replay, repeats)
+
+
 def _sync(engine) -> None:
     import torch
 
@@ -273,6 +315,11 @@ def print_report(r: dict) -> None:
         console.print(f"decode attention, {k['rows']} rows × {k['context']} keys, one layer: paged kernel "
                       f"{k['paged_us']:.1f} µs ({k['bytes_per_call'] / k['paged_us'] / 1e6:.2f} TB/s) vs SDPA over "
                       f"a padded 8192-key cache {k['sdpa_padded_8192_us']:.1f} µs")
+    for name, g in (r.get("gemm") or {}).items():
+        console.print(f"{name} GEMM ({g['bytes_per_layer'] / 1e6:.0f} MB, epilogue {g['epilogue']}), {r['slots']} "
+                      f"rows, mean of {g['layers']} layers: skinny kernel {g['ours_us']:.1f} µs "
+                      f"({g['bytes_per_layer'] / g['ours_us'] / 1e6:.2f} TB/s) vs cuBLAS + separate epilogue "
+                      f"{g['cublas_us']:.1f} µs ({g['bytes_per_layer'] / g['cublas_us'] / 1e6:.2f} TB/s)")
     n = r["numerics"]
     for name in ("fast_step", "plain_bf16"):
         d = n[name]

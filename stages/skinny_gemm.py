@@ -9,7 +9,7 @@ epilogues fold the step's glue into the GEMM: `add` (the residual) and `silu_mul
 weight). Each rounds like the unfused ops: the GEMM result goes to the output dtype before the epilogue's maths.
 An RMSNorm prologue was tried and dropped: multiplying x by the norm weight in registers took x off the
 asynchronous load path, and the step got 0.5 ms slower on an H200.
-On the CPU the same op runs plain PyTorch. `farm bench gemm` measures it against cuBLAS on the model's shapes.
+On the CPU the same op runs plain PyTorch. `farm bench ar` prints it against cuBLAS on the model's shapes.
 """
 from __future__ import annotations
 
@@ -55,8 +55,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none",
     return out.reshape(*lead, out.shape[-1])
 
 
-# Measured on an H200 (`.gpu`-style sweep over block sizes, splits, warps and stages at 32 rows, 28 weights in
-# turn so nothing is served from L2): the best tiling of each yue2-3b shape, per output width, depth, epilogue.
+# Measured on an H200 (a sweep over block sizes, splits, warps and stages at 32 rows, 28 weights in turn so
+# nothing is served from L2; docs/measured/2026-11-30-h200-skinny-gemm-sweep.log): the best tiling of each yue2-3b shape, per output width, depth, epilogue.
 MEASURED = {
     (4096, 2048, "none"): Tiling(32, 256, 1, 4, 5),      # q/k/v   7.4 µs, 2.26 TB/s (cuBLAS 7.4 µs)
     (2048, 2048, "add"): Tiling(16, 256, 1, 4, 5),       # o       6.0 µs (cuBLAS + add 7.7 µs)
