@@ -56,7 +56,8 @@ def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none",
 
 
 # Measured on an H200 (a sweep over block sizes, splits, warps and stages at 32 rows, 28 weights in turn so
-# nothing is served from L2; docs/measured/2026-11-30-h200-skinny-gemm-sweep.log): the best tiling of each yue2-3b shape, per output width, depth, epilogue.
+# nothing is served from L2; docs/measured/2026-11-30-h200-skinny-gemm-sweep.log): the best tiling of each
+# yue2-3b shape, keyed by output width, depth and epilogue.
 MEASURED = {
     (4096, 2048, "none"): Tiling(32, 256, 1, 4, 5),      # q/k/v   7.4 µs, 2.26 TB/s (cuBLAS 7.4 µs)
     (2048, 2048, "add"): Tiling(16, 256, 1, 4, 5),       # o       6.0 µs (cuBLAS + add 7.7 µs)
