@@ -12,8 +12,9 @@ near the end of an album was tried; without time it misjudges how soon a batched
 the simulated makespans worse. The planner avoids slow shared lanes instead: see estimate.py, stragglers.)
 A track's next stage becomes ready when its current stage finishes (`finish`).
 Not responsible for: time, Ray, or how long anything takes. The simulator and the farm's Ray driver call the same
-functions: `new_state`, `start_at` (resume), `next_dispatch`, then `apply`, and `finish` or `fail` per job; only
-`start_at`, `apply`, `finish` and `fail` change the state, and callers should not edit it by hand.
+functions: `new_state`, `start_at` (resume), `next_dispatch`, then `apply`, and `finish`, `fail` or `requeue` (the
+worker was lost; the track runs the stage again) per job, and `retire` for a worker whose card is gone; only those
+change the state, and callers should not edit it by hand.
 """
 from __future__ import annotations
 
@@ -52,6 +53,7 @@ class DispatchState:
     stage_index: dict[int, int] = field(default_factory=dict)   # track -> index in STAGES of its current stage
     done: list[int] = field(default_factory=list)               # finished tracks, in finishing order
     failed: list[int] = field(default_factory=list)             # tracks a stage gave up on; they go no further
+    retired: set[str] = field(default_factory=set)              # workers that take no more work
 
 
 def workers_from_plan(plan, min_share: float = 0.01) -> list[WorkerSlot]:
@@ -141,6 +143,28 @@ def fail(state: DispatchState, worker_id: str, track: int) -> None:
     state.failed.append(track)
 
 
+def requeue(state: DispatchState, worker_id: str, track: int) -> None:
+    """Record that `worker_id` was lost while running `track`: the slot frees and the track waits again for the same
+    stage, in track order (it is taken before later tracks)."""
+    worker, running = state.workers[worker_id], state.running[worker_id]
+    if track not in running:
+        raise ValueError(f"{worker_id} is not running track {track}")
+    _reload(state, worker, lambda: running.discard(track))
+    bisect.insort(state.ready[STAGES[state.stage_index[track]]], track)
+
+
+def retire(state: DispatchState, worker_id: str) -> None:
+    """`worker_id` takes no more work (its card is gone); the tracks it still runs end by `requeue` or `fail`."""
+    state.retired.add(worker_id)
+    free = state.free[state.workers[worker_id].stage]
+    free[:] = [entry for entry in free if entry[1] != worker_id]
+
+
+def can_run(state: DispatchState, stage: str) -> bool:
+    """Is any worker of `stage` still taking work?"""
+    return any(w.stage == stage and w.id not in state.retired for w in state.workers.values())
+
+
 def start_at(state: DispatchState, track: int, stage: str) -> None:
     """Resume: `track` already has the artifacts of the stages before `stage`, so it waits for `stage` instead."""
     current = state.stage_index[track]
@@ -166,5 +190,5 @@ def _reload(state: DispatchState, worker: WorkerSlot, change) -> None:
         if i < len(free) and free[i] == entry:
             del free[i]
     change()
-    if len(running) < worker.batch:
+    if len(running) < worker.batch and worker.id not in state.retired:
         bisect.insort(free, (_load(worker, len(running)), worker.id))

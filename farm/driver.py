@@ -17,7 +17,7 @@ from pathlib import Path
 from cluster import dispatch
 
 from . import metrics as metrics_io
-from . import trackstore
+from . import recovery, trackstore
 from .album import load_album
 from .errors import UserError
 from .jobs import FromStore, StageEvent, TrackJob, album_jobs
@@ -45,6 +45,7 @@ class RenderOptions:
     pins: tuple[str, ...] = ()           # STAGE=CARD: the user's placement instead of the planner's
     dashboard: tuple[str, int] | None = None   # (host, port) of the live page; None: no page
     progress: bool | None = None          # None: a live table on a terminal, log lines otherwise
+    stall_seconds: float = 600.0          # a busy worker that answers no ping for this long is replaced
 
 
 @dataclass
@@ -135,10 +136,11 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         print(placement.describe(plan), flush=True)
         run_id = metrics_io.new_run_id()
         log = metrics_io.EventLog(store, run_id)
-        workers, where = {}, {}
+        workers, where = recovery.Workers({}, {}, placement.launch, opts.stall_seconds), {}
         if todo:
-            workers = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
-            where = placement.worker_reports(workers)
+            slots, specs = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
+            workers = recovery.Workers(slots, specs, placement.launch, opts.stall_seconds)
+            where = placement.worker_reports(slots)
         pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress, store)
         view = LiveView(store, run_id, album.title, placement.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)
@@ -174,8 +176,9 @@ class Pipeline:
             if starts[j.key] or not j.request.has_plan_stage:
                 dispatch.start_at(self.state, j.number, j.stages[starts[j.key]])
         self.refs: dict[int, dict[str, object]] = {j.number: {} for j in todo}
-        self.inflight: dict[object, tuple[int, str, str]] = {}      # event ref → (track, stage, worker id)
+        self.inflight: dict[object, tuple[int, str, str, object]] = {}   # event ref → (track, stage, slot, actor)
         self.failures: dict[str, str] = {}
+        self.attempts: dict[tuple[int, str], int] = {}              # lost calls per (track, stage)
         self.board = Board(jobs, starts, progress)
         now = time.time()
         self.ready_at = {(j.number, j.stages[starts[j.key]]): now for j in todo}
@@ -192,8 +195,13 @@ class Pipeline:
                 if ready:
                     self._collect(ready[0])
                     self._dispatch()
+                for slot, actor in self.workers.watch({w for _, _, w, _ in self.inflight.values()}):
+                    self.board.note(f"worker {slot} answered no ping for {self.workers.stall_seconds:.0f} s: "
+                                    f"stopping it; its tracks go again")
+                    ray.kill(actor, no_restart=True)
                 if self.view is not None:
                     self.view.tick()
+            self._strand()
         finally:
             self.board.close()
         return self.failures
@@ -201,7 +209,7 @@ class Pipeline:
     def live_state(self) -> dict:
         """Queues, running calls and each track's status, for the live view."""
         running: dict[str, int] = {}
-        for _, stage, _ in self.inflight.values():
+        for _, stage, _, _ in self.inflight.values():
             running[stage] = running.get(stage, 0) + 1
         todo = {j.key: j for j in self.todo}
         return {"queues": {s: len(q) for s, q in self.state.ready.items()}, "running": running,
@@ -245,18 +253,20 @@ class Pipeline:
         else:
             event = actor.decode.remote(job, made("acoustic"))
             refs.clear()             # the track's payloads are no longer needed: let Ray free them
-        self.inflight[event] = (job.number, stage, worker_id)
+        self.inflight[event] = (job.number, stage, worker_id, actor)
         self.status[job.key] = "running"
         self.board.running(job.key, stage)
 
     def _collect(self, ref) -> None:
         import ray
 
-        track, stage, worker_id = self.inflight.pop(ref)
+        track, stage, worker_id, actor = self.inflight.pop(ref)
         job = self.jobs[track]
         try:
             event = ray.get(ref)
         except Exception as exc:  # the stage failed: this track stops here, the album goes on
+            if recovery.worker_lost(exc) and self._again(job, stage, worker_id, actor, exc):
+                return
             message = _first_line(exc)
             self.failures[job.key] = f"{stage}: {message}{self._keep_details(job.key, stage, exc)}"
             event = StageEvent(job.key, stage, worker_id, "", 0, "", "", time.time(), time.time(), 0, 0.0, "", 0,
@@ -276,6 +286,35 @@ class Pipeline:
         self.board.finished(event)
         if self.view is not None:
             self.view.event(event)
+
+
+    def _again(self, job: TrackJob, stage: str, worker_id: str, actor, exc: Exception) -> bool:
+        """The call's worker was lost: replace it (recovery.py) and queue the track for the stage again → True, or
+        False when the track has lost this stage too often or no worker of the stage is left (it then fails)."""
+        retired, fresh = self.workers.replace(worker_id, actor)
+        why = type(exc).__name__
+        for slot in retired:
+            dispatch.retire(self.state, slot)
+            self.board.note(f"worker {slot} lost ({why}) and could not be replaced: it takes no more work")
+        if fresh:
+            self.board.note(f"worker {worker_id} lost ({why}): a fresh worker took its place")
+        attempts = self.attempts[(job.number, stage)] = self.attempts.get((job.number, stage), 0) + 1
+        if attempts >= recovery.MAX_ATTEMPTS or not dispatch.can_run(self.state, stage):
+            return False
+        dispatch.requeue(self.state, worker_id, job.number)
+        self.refs[job.number].clear()         # earlier stages' ObjectRefs may be gone with the worker: use the store
+        self.status[job.key] = "queued"
+        self.board.note(f"{job.key}: {stage} goes again")
+        return True
+
+    def _strand(self) -> None:
+        """Tracks still waiting when nothing runs: their stage has no worker left."""
+        for stage, queue in self.state.ready.items():
+            for track in list(queue):
+                job = self.jobs[track]
+                self.failures[job.key] = f"{stage}: no worker left for this stage (its cards were lost)"
+                self.status[job.key] = "failed"
+                queue.remove(track)
 
 
 FAILURES = ".failures"       # <track>.<stage>.txt: the whole error (with the worker's traceback) of a failed stage

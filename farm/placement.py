@@ -99,9 +99,10 @@ def ar_geometry(jobs: list[TrackJob], ckpt) -> tuple[int, int]:
     return (2 if any(j.request.cfg_scale != 1.0 for j in jobs) else 1), capacity
 
 
-def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: list[TrackJob], ckpt) -> dict:
+def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: list[TrackJob], ckpt):
     """One actor per card hosting the engines of the stages placed there; waits until every one has loaded its
-    weights (a worker that cannot load fails the render here, not mid-album). → {dispatch slot id: actor}."""
+    weights (a worker that cannot load fails the render here, not mid-album).
+    → ({dispatch slot id: actor}, {dispatch slot id: its actor's WorkerSpec}); the spec starts a replacement."""
     import ray
 
     branches, capacity = ar_geometry(jobs, ckpt)
@@ -109,7 +110,7 @@ def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: lis
     by_card: dict[str, list] = {}
     for w in plan.workers:
         by_card.setdefault(w.card, []).append(w)
-    slots = {}
+    slots, specs = {}, {}
     for card, planned in by_card.items():
         d = devices[card]
         engines = tuple(dict.fromkeys(ENGINE[w.stage] for w in planned))
@@ -117,11 +118,16 @@ def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: lis
         spec = WorkerSpec(engines, str(paths.model_dir), str(paths.vae_dir), store_url,
                           CardRef(d.node, d.name, d.uuid, d.virtual, d.is_cpu), opts.threads, rows,
                           None if opts.exact else capacity, opts.exact, name=f"{'+'.join(engines)}@{card}")
-        actor = CardWorker.options(**actor_options(spec)).remote(spec)
+        actor = launch(spec)
         for w in planned:
-            slots[f"{w.stage}@{w.card}"] = actor
+            slots[f"{w.stage}@{w.card}"], specs[f"{w.stage}@{w.card}"] = actor, spec
     ray.get([a.report.remote() for a in set(slots.values())])
-    return slots
+    return slots, specs
+
+
+def launch(spec: WorkerSpec):
+    """Start one card's worker actor (its weights load in the background; `report` answers once they have)."""
+    return CardWorker.options(**actor_options(spec)).remote(spec)
 
 
 def card_facts(plan, runtime: Runtime) -> list[dict]:

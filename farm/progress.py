@@ -35,6 +35,13 @@ class Board:
                   f"{event.units} units, batch {event.batch:.1f}, on {where}", flush=True)
         self._refresh()
 
+    def note(self, text: str) -> None:
+        """A line about the render itself (a worker lost and replaced, …), above the table on a terminal."""
+        if self.live is not None:
+            self.live.console.print(text)
+        else:
+            print(text, flush=True)
+
     def close(self) -> None:
         if self.live is not None:
             self.live.update(self._table())

@@ -8,7 +8,8 @@ import pytest
 
 from cluster.calibration import Calibration
 
-from cluster.dispatch import Assign, WorkerSlot, apply, fail, finish, new_state, next_dispatch, start_at
+from cluster.dispatch import (Assign, WorkerSlot, apply, can_run, fail, finish, new_state, next_dispatch, requeue,
+                              retire, start_at)
 from cluster.gpus import device_from_spec, lookup
 from cluster.placement import plan
 from cluster.profiles import cpu_inventory, load_profile, profile_inventory
@@ -60,6 +61,24 @@ def test_resume_and_failure_keep_the_state_consistent():
     assert finish(state, "acoustic@a", 2) == "decode"
     with pytest.raises(ValueError):
         start_at(state, 2, "plan")                                   # only a waiting track can be moved
+
+
+def test_a_lost_worker_requeues_its_tracks_and_a_retired_one_takes_no_more():
+    state = new_state(slots(), [0, 1, 2, 3, 4])
+    apply(state, next_dispatch(state))
+    assert state.running["plan@b"] == {0, 1} and state.ready["plan"] == [4]
+    retire(state, "plan@b")                                          # its card is gone
+    requeue(state, "plan@b", 1)
+    requeue(state, "plan@b", 0)
+    assert state.ready["plan"] == [0, 1, 4] and state.running["plan@b"] == set()
+    assert next_dispatch(state) == []                                # the survivor is full …
+    finish(state, "plan@a", 2)
+    assert next_dispatch(state) == [Assign("plan@a", "plan", (0,))]   # … and takes the lost tracks first
+    assert can_run(state, "plan")
+    retire(state, "plan@a")
+    assert not can_run(state, "plan") and next_dispatch(state) == []
+    with pytest.raises(ValueError):
+        requeue(state, "plan@b", 0)                                   # not running it any more
 
 
 def test_dispatch_rejects_impossible_actions():
