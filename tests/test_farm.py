@@ -55,17 +55,25 @@ def rendered(ray_cluster, album, tiny_ckpt_dir, tmp_path_factory):
     return out, result
 
 
-def sequential_songs(album, tiny_ckpt_dir, sampler: str) -> dict:
-    """Each track through the in-process sequential path, same seeds and settings: folder → file bytes."""
+def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1) -> dict:
+    """Each track through the in-process sequential path, same seeds and settings, on `threads` torch threads:
+    folder → file bytes."""
+    import torch
+
     from farm.album import load_album
     from stages.song import SongEngines, open_checkpoint, render_song
 
     ckpt = open_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
     engines = SongEngines(ckpt, sampler=sampler)
-    out = {}
-    for track in load_album(album).tracks:
-        song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg, sampler), key=track.folder)
-        out[track.folder] = artifacts.song_files(song)
+    out, saved = {}, torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        for track in load_album(album).tracks:
+            song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg, sampler),
+                               key=track.folder)
+            out[track.folder] = artifacts.song_files(song)
+    finally:
+        torch.set_num_threads(saved)
     return out
 
 
@@ -88,6 +96,18 @@ def test_album_renders_byte_identical_to_the_sequential_path(rendered, sequentia
     # songs shared the AR engine's batch (continuous batching) and still equal the one-song path
     assert max(e["batch"] for e in events if e["stage"] == "plan") > 1
     assert all(e["batch_shape"].startswith("ar slots=") for e in events if e["stage"] in ("plan", "semantic"))
+
+
+def test_bytes_do_not_depend_on_the_thread_count(ray_cluster, album, tiny_ckpt_dir, sequential, tmp_path):
+    """`farm render --threads 2` gives the bytes of the one-song path on one thread (and `farm song` on two)."""
+    out = tmp_path / "two-threads"
+    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                               progress=False, threads=2))
+    assert not result.failures
+    two = sequential_songs(album, tiny_ckpt_dir, "fast", threads=2)
+    for folder, files in sequential.items():
+        for name in FILES:
+            assert (out / folder / name).read_bytes() == files[name] == two[folder][name], (folder, name)
 
 
 def test_album_outputs(rendered):
