@@ -11,7 +11,7 @@ from cluster.workload import ModelShape, TrackShape
 
 from .jobs import TrackJob
 from .raycluster import Runtime
-from .workers import ENGINE, CardRef, CardWorker, WorkerSpec, actor_options
+from .workers import ENGINE, CardRef, CardWorker, Secrets, WorkerSpec, actor_options
 
 
 def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, pins: tuple[str, ...] = ()):
@@ -127,7 +127,7 @@ def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: lis
 
 def launch(spec: WorkerSpec):
     """Start one card's worker actor (its weights load in the background; `report` answers once they have)."""
-    return CardWorker.options(**actor_options(spec)).remote(spec)
+    return CardWorker.options(**actor_options(spec)).remote(spec, Secrets.from_environment())
 
 
 def card_facts(plan, runtime: Runtime) -> list[dict]:

@@ -55,7 +55,7 @@ class WorkerSpec:
     vae_dir: str
     store_url: str
     card: CardRef
-    threads: int = 1              # torch CPU threads (equal counts on both sides give equal bytes)
+    threads: int = 1              # torch CPU threads (the bytes do not depend on it)
     rows: int = 2                 # AR: concurrent KV rows the plan wants (a CFG request takes two)
     capacity: int | None = None   # AR: tokens per row (prefix + generation budget); None = the context
     exact: bool = False           # the reference sampler, one request at a time
@@ -63,23 +63,32 @@ class WorkerSpec:
 
 
 def actor_options(spec: WorkerSpec) -> dict:
-    """The card's own resource, whole; restarts and retries on (every call is idempotent: keyed, atomic writes)."""
-    opts = {"num_cpus": 0, "max_restarts": 2, "max_task_retries": 2, "resources": {spec.card.resource: 1.0}}
-    env = forwarded_env()
-    if env:   # a runtime_env costs a dedicated worker process; only ask for one when there is something to pass
-        opts["runtime_env"] = {"env_vars": env}
-    return opts
+    """The card's own resource, whole; restarts and retries on (every call is idempotent: keyed, atomic writes).
+    No runtime_env: Ray's state API shows every actor's runtime_env to whoever can reach the cluster, so storage
+    credentials travel as a constructor argument instead (`Secrets`)."""
+    return {"num_cpus": 0, "max_restarts": 2, "max_task_retries": 2, "resources": {spec.card.resource: 1.0}}
 
 
-def forwarded_env() -> dict[str, str]:
-    """Storage credentials and endpoints the workers need to reach the same store as the driver."""
-    prefixes = ("AWS_", "FSSPEC_", "GOOGLE_", "GCS", "AZURE_", "YUE2_FARM_")
-    return {k: v for k, v in os.environ.items() if k.startswith(prefixes)}
+class Secrets:
+    """The driver's storage credentials and endpoints, for the workers to reach the same store. Its repr names the
+    variables, never their values (it may end up in a log or an error message)."""
+    PREFIXES = ("AWS_", "FSSPEC_", "GOOGLE_", "GCS", "AZURE_", "YUE2_FARM_")
+
+    def __init__(self, values: dict[str, str]):
+        self.values = dict(values)
+
+    @classmethod
+    def from_environment(cls) -> "Secrets":
+        return cls({k: v for k, v in os.environ.items() if k.startswith(cls.PREFIXES)})
+
+    def __repr__(self) -> str:
+        return f"Secrets({', '.join(sorted(self.values))})"
 
 
 @ray.remote
 class CardWorker:
-    def __init__(self, spec: WorkerSpec):
+    def __init__(self, spec: WorkerSpec, secrets: Secrets):
+        os.environ.update(secrets.values)          # before the store is opened: fsspec reads them there
         if spec.card.real_gpu:
             os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
             os.environ["CUDA_VISIBLE_DEVICES"] = spec.card.uuid

@@ -80,3 +80,16 @@ def test_profile_cluster_render_keeps_authentication_on(tmp_path, tiny_ckpt_dir)
                           cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     assert "token authentication on" in done.stdout and "1/1 tracks done" in done.stdout
+
+
+def test_storage_credentials_never_enter_a_runtime_env(monkeypatch):
+    """Ray's state API lists each actor's runtime_env: the credentials go as a constructor argument whose repr
+    names the variables only."""
+    from farm.workers import CardRef, Secrets, WorkerSpec, actor_options
+
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "s3cr3t-value")
+    spec = WorkerSpec(("ar",), "m", "v", "s3://bucket/album", CardRef("n", "cpu", "", True, True), 1, 2)
+    assert "runtime_env" not in actor_options(spec) and "s3cr3t" not in repr(actor_options(spec))
+    secrets = Secrets.from_environment()
+    assert secrets.values["AWS_SECRET_ACCESS_KEY"] == "s3cr3t-value"
+    assert "AWS_SECRET_ACCESS_KEY" in repr(secrets) and "s3cr3t" not in repr(secrets)
