@@ -135,6 +135,10 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
         print(placement.describe(plan), flush=True)
         run_id = metrics_io.new_run_id()
+        recovered = metrics_io.recover_events(store, run_id, done)
+        if recovered:
+            print(f"metrics: {recovered} stage call(s) that finished after an earlier render stopped were logged "
+                  f"from their stage markers", flush=True)
         log = metrics_io.EventLog(store, run_id)
         workers, where = recovery.Workers({}, {}, placement.launch, opts.stall_seconds), {}
         if todo:

@@ -2,7 +2,12 @@
 
 A Parquet file is unreadable until its footer is written, so a render never appends to one: each flush is a small
 part file of its own (a killed driver loses at most the events since its last flush), and the album's
-`metrics.parquet` is compacted from every run's parts at the end of each render. NVML samples of real cards go to
+`metrics.parquet` is compacted from every run's parts at the end of each render. While a run goes on, every
+`COMPACT_EVERY` parts are folded into one `chunk-00000-<last>.parquet` holding the run's events up to part <last>
+(written before the parts it covers are deleted, and a reader ignores parts a chunk covers), so a run of thousands
+of calls keeps under `COMPACT_EVERY` + 1 files; `PartsReader` reads each file once and only new ones afterwards.
+A stage call that finished after its driver died has no row; its stage marker holds the event, and the next render
+logs it under `run=<that run>-recovered` (`recover_events`). NVML samples of real cards go to
 `gpu_samples.parquet` beside it (another row shape: time, card, utilisation, memory, memory per process).
 
 Schema (one row per stage call):
@@ -70,14 +75,18 @@ def parquet_bytes(table: pa.Table) -> bytes:
     return buf.getvalue()
 
 
+COMPACT_EVERY = 64
+
+
 class EventLog:
-    """Collects one render's events and flushes them as part files."""
+    """Collects one render's events and flushes them as part files, folding them into a chunk as they grow."""
 
     def __init__(self, store: Store, run_id: str):
         self.store, self.run_id = store, run_id
         self.events: list[StageEvent] = []
         self.flushed = 0
         self.parts = 0
+        self.chunk: str | None = None          # the run's current chunk file
 
     def add(self, event: StageEvent) -> None:
         self.events.append(event)
@@ -86,19 +95,88 @@ class EventLog:
         fresh = self.events[self.flushed:]
         if not fresh:
             return
-        name = f"metrics/run={self.run_id}/part-{self.parts:05d}.parquet"
-        self.store.write_bytes(name, parquet_bytes(events_table(self.run_id, fresh)))
+        folder = f"metrics/run={self.run_id}"
+        self.store.write_bytes(f"{folder}/part-{self.parts:05d}.parquet",
+                               parquet_bytes(events_table(self.run_id, fresh)))
         self.flushed, self.parts = len(self.events), self.parts + 1
+        if self.parts % COMPACT_EVERY == 0:
+            chunk = f"chunk-00000-{self.parts - 1:05d}.parquet"
+            self.store.write_bytes(f"{folder}/{chunk}", parquet_bytes(events_table(self.run_id, self.events)))
+            for name in self.store.listdir(folder):      # what the new chunk covers, now that it is whole
+                if name != chunk and _covered(name, self.parts - 1):
+                    self.store.remove_tree(f"{folder}/{name}")
+            self.chunk = chunk
+
+
+def _part_index(name: str) -> int | None:
+    if name.startswith("part-") and name.endswith(".parquet"):
+        return int(name[5:10])
+    return None
+
+
+def _chunk_last(name: str) -> int | None:
+    if name.startswith("chunk-") and name.endswith(".parquet"):
+        return int(name[12:17])
+    return None
+
+
+def _covered(name: str, last: int) -> bool:
+    index = _part_index(name)
+    chunk = _chunk_last(name)
+    return (index is not None and index <= last) or (chunk is not None and chunk < last)
+
+
+def _live_files(names: list[str]) -> list[str]:
+    """A run folder's files to read: its newest chunk and the parts after it (a chunk written by a driver that died
+    before deleting what it covers leaves covered parts behind: they are skipped, never counted twice)."""
+    chunks = sorted((c, n) for n in names if (c := _chunk_last(n)) is not None)
+    last = chunks[-1][0] if chunks else -1
+    parts = sorted(n for n in names if (i := _part_index(n)) is not None and i > last)
+    return ([chunks[-1][1]] if chunks else []) + parts
+
+
+class PartsReader:
+    """Reads every run's metric files, each file once: a poll reads only the files that are new since the last."""
+
+    def __init__(self, store: Store):
+        self.store = store
+        self.cache: dict[str, pa.Table] = {}
+
+    def table(self) -> pa.Table:
+        """Every run's events, concatenated (runs in name order: their ids start with a timestamp)."""
+        wanted = []
+        for run in self.store.listdir("metrics"):
+            wanted += [f"metrics/{run}/{name}" for name in _live_files(self.store.listdir(f"metrics/{run}"))]
+        for path in wanted:
+            if path not in self.cache:
+                self.cache[path] = _conform(pq.read_table(io.BytesIO(self.store.read_bytes(path))))
+        self.cache = {path: self.cache[path] for path in wanted}
+        tables = list(self.cache.values())
+        return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
 def read_parts(store: Store) -> pa.Table:
-    """Every run's part files, concatenated (runs in name order: their ids start with a timestamp)."""
-    tables = []
-    for run in store.listdir("metrics"):
-        for part in store.listdir(f"metrics/{run}"):
-            if part.endswith(".parquet"):
-                tables.append(_conform(pq.read_table(io.BytesIO(store.read_bytes(f"metrics/{run}/{part}")))))
-    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+    """Every run's events as the part and chunk files hold them."""
+    return PartsReader(store).table()
+
+
+def recover_events(store: Store, run_id: str, markers: dict[str, dict[str, dict]]) -> int:
+    """Stage calls whose marker holds an event that no metric file has (their driver died before it flushed them):
+    log them under `run=<run_id>-recovered`. markers: track → stage → marker. → how many."""
+    seen = {(r["track"], r["stage"], round(r["start"].timestamp() * 1000))
+            for r in read_parts(store).select(["track", "stage", "start"]).to_pylist()}
+    lost = []
+    for stages in markers.values():
+        for m in stages.values():
+            e = m.get("event")
+            if e and (e["track"], e["stage"], int(e["start"] * 1000)) not in seen:
+                lost.append(StageEvent(**{f.name: e[f.name] for f in dataclasses.fields(StageEvent) if f.name in e}))
+    if lost:
+        log = EventLog(store, f"{run_id}-recovered")
+        for event in sorted(lost, key=lambda x: x.start):
+            log.add(event)
+        log.flush()
+    return len(lost)
 
 
 def _conform(table: pa.Table) -> pa.Table:

@@ -12,6 +12,7 @@ own resource (`farm_gpu_<uuid>`), so placement is card by card even on hosts wit
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import os
 import socket
 import threading
@@ -168,11 +169,14 @@ class CardWorker:
         return StageEvent(job.key, stage, w["worker"], w["host"], w["pid"], w["gpu"], w["gpu_uuid"], start,
                           time.time(), units, batch, shape, peak)
 
-    def _persist(self, job: TrackJob, stage: str, files: dict[str, bytes], start: float, units: int) -> None:
-        trackstore.write_stage(self.store, job.key, stage, job.stage_keys[stage], files,
-                               {"worker": self.where["worker"], "gpu": self.where["gpu"],
-                                "gpu_uuid": self.where["gpu_uuid"], "start": start, "end": time.time(),
-                                "units": units})
+    def _persist(self, job: TrackJob, files: dict[str, bytes], event: StageEvent) -> StageEvent:
+        """Write the stage's files and marker; the marker keeps the call's event, so metrics can be rebuilt from it
+        when the driver dies before it logs the call."""
+        trackstore.write_stage(self.store, job.key, event.stage, job.stage_keys[event.stage], files,
+                               {"worker": event.worker, "gpu": event.gpu, "gpu_uuid": event.gpu_uuid,
+                                "start": event.start, "end": event.end, "units": event.units,
+                                "event": dataclasses.asdict(event)})
+        return event
 
     def _abc_ids(self, job: TrackJob, plan: PlanOutput | FromStore | None) -> list[int]:
         from stages.protocol import given_abc_ids
@@ -192,8 +196,8 @@ class CardWorker:
         result = await self._generate(plan_request(self.ckpt, job.key, job.request, job.settings))
         ids, text = result.ids, self.ckpt.tokenizer.decode(result.ids)
         files = {artifacts.SCORE: text.encode("utf-8"), artifacts.PLAN: artifacts.npy_bytes(ids)}
-        self._persist(job, "plan", files, start, len(ids))
-        return PlanOutput(job.key, ids), self._event(job, "plan", start, len(ids), result.mean_batch, self.ar_shape)
+        event = self._persist(job, files, self._event(job, "plan", start, len(ids), result.mean_batch, self.ar_shape))
+        return PlanOutput(job.key, ids), event
 
     @ray.method(num_returns=2)
     async def semantic(self, job: TrackJob, plan):
@@ -210,9 +214,8 @@ class CardWorker:
             text = job.request.abc if job.request.abc is not None else self.ckpt.tokenizer.decode(abc_ids)
             files = {artifacts.SCORE: text.encode("utf-8"),
                      artifacts.PLAN: artifacts.npy_bytes(np.asarray(abc_ids, dtype=np.int32)), **files}
-        self._persist(job, "semantic", files, start, len(codes))
-        return SemanticOutput(job.key, codes), self._event(job, "semantic", start, len(codes), result.mean_batch,
-                                                           self.ar_shape)
+        event = self._event(job, "semantic", start, len(codes), result.mean_batch, self.ar_shape)
+        return SemanticOutput(job.key, codes), self._persist(job, files, event)
 
     async def _generate(self, request):
         self.loop = asyncio.get_running_loop()
@@ -264,9 +267,9 @@ class CardWorker:
         request = acoustic_request(self.ckpt, job.key, job.request, self._abc_ids(job, plan), semantic.codes,
                                    job.settings)
         latents = self.acoustic.synthesize(request)
-        self._persist(job, "acoustic", {artifacts.LATENTS: artifacts.npy_bytes(latents)}, start, len(latents))
-        shape = f"chunks={len(self.acoustic.check(request))}"
-        return AcousticOutput(job.key, latents), self._event(job, "acoustic", start, len(latents), 1.0, shape)
+        event = self._event(job, "acoustic", start, len(latents), 1.0, f"chunks={len(self.acoustic.check(request))}")
+        return AcousticOutput(job.key, latents), self._persist(job, {artifacts.LATENTS: artifacts.npy_bytes(latents)},
+                                                               event)
 
     async def decode(self, job: TrackJob, acoustic) -> StageEvent:
         return await asyncio.get_running_loop().run_in_executor(self.threads["decode"], self._decode, job, acoustic)
@@ -279,6 +282,7 @@ class CardWorker:
             acoustic = trackstore.load_latents(self.store, job.key)
         s = job.settings
         audio = decode_audio(self.decoder, acoustic.latents, s.vae_core_frames, s.vae_halo_frames)
-        self._persist(job, "decode", {artifacts.AUDIO: artifacts.flac_bytes(audio)}, start, len(acoustic.latents))
+        flac = artifacts.flac_bytes(audio)
         tiles = -(-len(acoustic.latents) // s.vae_core_frames)
-        return self._event(job, "decode", start, len(acoustic.latents), 1.0, f"tiles={tiles}")
+        event = self._event(job, "decode", start, len(acoustic.latents), 1.0, f"tiles={tiles}")
+        return self._persist(job, {artifacts.AUDIO: flac}, event)

@@ -98,7 +98,8 @@ def _launch(x, w, epilogue, residual, t: Tiling | None = None):
     m, k = x.shape
     n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
     t = t or tiling(n, k, epilogue)
-    if m > MAX_ROWS or t is None or x.stride(1) != 1 or w.stride(1) != 1:
+    if m > MAX_ROWS or t is None or x.stride(1) != 1 or w.stride(1) != 1 or (
+            residual is not None and residual.stride(1) != 1):
         return reference(x, w, epilogue, residual)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = n // t.block_n
@@ -111,7 +112,8 @@ def _launch(x, w, epilogue, residual, t: Tiling | None = None):
         count = _COUNTERS[key]
     res = residual if residual is not None else out
     kern.skinny_gemm[(tiles, t.split)](
-        x, w, out, res, part, count, m, n, x.stride(0), w.stride(0), out.stride(0), res.stride(0), K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split, EPI=EPILOGUES.index(epilogue),
+        x, w, out, res, part, count, m, n, x.stride(0), w.stride(0), out.stride(0), res.stride(0),
+        K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split, EPI=EPILOGUES.index(epilogue),
         STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
     return out
 

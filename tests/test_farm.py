@@ -156,6 +156,26 @@ def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):
     assert not stale.exists() and not (out / ".farm-render.lock").exists()
 
 
+def test_metrics_lost_with_a_driver_are_rebuilt_from_the_stage_markers(ray_cluster, album, tiny_ckpt_dir, rendered,
+                                                                       tmp_path):
+    """A finished album whose event log was lost (the driver died before flushing): the rerun recomputes nothing
+    and logs every stage call again from the markers."""
+    import shutil
+
+    out = tmp_path / "album"
+    shutil.copytree(rendered[0], out)
+    shutil.rmtree(out / "metrics")
+    (out / "metrics.parquet").unlink()
+    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                               progress=False))
+    assert not result.events and not result.failures
+    rows = pq.read_table(out / "metrics.parquet").to_pylist()
+    before = pq.read_table(rendered[0] / "metrics.parquet").to_pylist()
+    key = lambda r: (r["track"], r["stage"], r["start"], r["worker"], r["units"])   # noqa: E731
+    assert sorted(map(key, rows)) == sorted(map(key, before))
+    assert {r["run_id"] for r in rows} == {f"{result.run_id}-recovered"}
+
+
 def test_a_failing_stage_fails_its_track_only_and_keeps_the_whole_error(ray_cluster, album, tiny_ckpt_dir,
                                                                          tmp_path):
     """Track 2's folder cannot be made (a file stands in its place): its plan stage fails, the album goes on, the

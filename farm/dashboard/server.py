@@ -68,14 +68,15 @@ def album_stats_fn(out: str) -> Callable[[], dict]:
     """Figures of an album folder (a render running elsewhere, or finished): its metric parts and live.json."""
     from .. import aggregate
     from ..live import read_live
-    from ..metrics import read_parts
+    from ..metrics import PartsReader
     from ..store import Store
 
     store = Store(out)
+    reader = PartsReader(store)          # each metric file is read once, however often the page polls
 
     def stats() -> dict:
         live = read_live(store)
-        rows = read_parts(store).to_pylist()
+        rows = reader.table().to_pylist()
         running = live.get("state") == "running"
         return aggregate.album_stats(rows, now=_now() if running else None, live=live,
                                      gpu_samples=live.get("gpu_samples", []), title=live.get("album", ""))

@@ -1,0 +1,63 @@
+"""The event log (farm/metrics.py): compaction as it grows, incremental reading, events rebuilt from markers."""
+from __future__ import annotations
+
+import dataclasses
+
+from farm import metrics
+from farm.jobs import StageEvent
+from farm.store import Store
+
+
+def _event(i: int) -> StageEvent:
+    return StageEvent(f"{i // 4:02d}-song", ("plan", "semantic", "acoustic", "decode")[i % 4], "w", "h", 1, "cpu",
+                      "", 1_700_000_000.0 + i * 0.37, 1_700_000_000.5 + i * 0.37, 10, 1.0, "", 0)
+
+
+def test_a_long_run_keeps_few_files_and_reads_back_every_event_once(tmp_path):
+    store = Store(str(tmp_path))
+    log = metrics.EventLog(store, "run-a")
+    for i in range(150):                       # one flush per call, as the driver does
+        log.add(_event(i))
+        log.flush()
+    folder = "metrics/run=run-a"
+    names = store.listdir(folder)
+    assert len(names) <= metrics.COMPACT_EVERY + 1 and any(n.startswith("chunk-") for n in names)
+    rows = metrics.read_parts(store).to_pylist()
+    assert [(r["track"], r["stage"]) for r in rows] == [(e.track, e.stage) for e in map(_event, range(150))]
+    # a driver killed between writing a chunk and deleting what it covers: the covered part is never read twice
+    store.write_bytes(f"{folder}/part-00003.parquet", metrics.parquet_bytes(metrics.events_table("run-a",
+                                                                                                 [_event(3)])))
+    assert metrics.read_parts(store).num_rows == 150
+
+
+def test_the_reader_reads_only_new_files(tmp_path, monkeypatch):
+    store = Store(str(tmp_path))
+    log = metrics.EventLog(store, "run-b")
+    reader = metrics.PartsReader(store)
+    reads = []
+    original = store.read_bytes
+    monkeypatch.setattr(store, "read_bytes", lambda rel: reads.append(rel) or original(rel))
+    for i in range(5):
+        log.add(_event(i))
+        log.flush()
+        assert reader.table().num_rows == i + 1
+    assert len(reads) == len(set(reads)) == 5            # each part file read once, over five polls
+
+
+def test_events_lost_with_their_driver_come_back_from_the_markers(tmp_path):
+    store = Store(str(tmp_path))
+    events = [_event(i) for i in range(6)]
+    log = metrics.EventLog(store, "run-c")
+    for e in events[:4]:                        # the driver logged four calls, then died
+        log.add(e)
+    log.flush()
+    markers = {}
+    for e in events:                            # … but all six calls left their markers
+        markers.setdefault(e.track, {})[e.stage] = {"stage": e.stage, "event": dataclasses.asdict(e)}
+    markers["99-old"] = {"plan": {"stage": "plan"}}       # a marker from before markers kept events
+    assert metrics.recover_events(store, "run-d", markers) == 2
+    rows = metrics.read_parts(store).to_pylist()
+    assert sorted((r["track"], r["stage"]) for r in rows) == sorted((e.track, e.stage) for e in events)
+    assert {r["run_id"] for r in rows if (r["track"], r["stage"]) in {("01-song", "plan"), ("01-song", "semantic")}} \
+        == {"run-d-recovered"}
+    assert metrics.recover_events(store, "run-e", markers) == 0
