@@ -291,7 +291,6 @@ class Pipeline:
         if self.view is not None:
             self.view.event(event)
 
-
     def _again(self, job: TrackJob, stage: str, worker_id: str, actor, exc: Exception) -> bool:
         """The call's worker was lost: replace it (recovery.py) and queue the track for the stage again → True, or
         False when the track has lost this stage too often or no worker of the stage is left (it then fails)."""

@@ -21,6 +21,7 @@ import time
 MAX_REPLACEMENTS = 3     # fresh workers per card before the card is retired
 MAX_ATTEMPTS = 3         # lost calls per track and stage before the track fails
 REPLACE_TIMEOUT_S = 300.0
+PING_EVERY_S = 5.0       # a busy worker is pinged this often
 
 
 def worker_lost(exc: BaseException) -> bool:
@@ -39,7 +40,7 @@ class Workers:
         self.stall_seconds = stall_seconds
         self.replaced: dict[str, int] = {}            # card worker name → replacements so far
         self.retired: set[str] = set()                # dispatch slot ids that take no more work
-        self.pings: dict[int, tuple[object, object, float]] = {}   # id(actor) → (actor, ping ref, sent at)
+        self.pings: dict[int, tuple[object | None, float]] = {}   # id(actor) → (ping ref or None: answered, sent)
 
     def __getitem__(self, slot: str):
         return self.slots[slot]
@@ -74,27 +75,25 @@ class Workers:
         return [], True
 
     def watch(self, busy: set[str]) -> list[tuple[str, object]]:
-        """Ping the actors of the busy slots; → (slot, actor) for each that left a ping unanswered too long (the
-        caller kills it, which turns its calls into lost ones)."""
+        """Ping the actors of the busy slots every PING_EVERY_S; → (slot, actor) for each that has left a ping
+        unanswered for stall_seconds (the caller kills it, which turns its calls into lost ones)."""
         import ray
 
         now = time.monotonic()
         actors = {id(self.slots[s]): (s, self.slots[s]) for s in busy if s not in self.retired}
-        for key in list(self.pings):
-            if key not in actors:
-                del self.pings[key]
-        pending = [ref for _, ref, _ in self.pings.values()]
+        self.pings = {key: ping for key, ping in self.pings.items() if key in actors}
+        pending = [ref for ref, _ in self.pings.values() if ref is not None]
         answered = set(ray.wait(pending, num_returns=len(pending), timeout=0)[0]) if pending else set()
         stuck = []
         for key, (slot, actor) in actors.items():
-            if key in self.pings:
-                _, ref, sent = self.pings[key]
-                if ref in answered:
-                    del self.pings[key]
-                elif now - sent > self.stall_seconds:
-                    stuck.append((slot, actor))
-                    del self.pings[key]
-                    continue
-            if key not in self.pings:
-                self.pings[key] = (actor, actor.report.remote(), now)
+            ref, sent = self.pings.get(key, (None, -PING_EVERY_S))
+            if ref is not None and ref in answered:
+                ref = None
+            if ref is not None and now - sent > self.stall_seconds:
+                stuck.append((slot, actor))
+                self.pings.pop(key)
+                continue
+            if ref is None and now - sent >= PING_EVERY_S:
+                ref, sent = actor.report.remote(), now
+            self.pings[key] = (ref, sent)
         return stuck
