@@ -1,3 +1,3 @@
-from farm.cli import app
+from farm.cli import main
 
-app()
+main()

@@ -17,6 +17,22 @@ VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when -
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 
 
+def main() -> None:
+    """The `farm` command. A user's mistake is one line and exit 2 (`guarded`); a bug is one line that points at the
+    log file holding its traceback, and exit 1."""
+    import sys
+
+    from .errors import write_crash_log
+
+    try:
+        app()
+    except Exception as exc:        # SystemExit (every normal end, typer.Exit included) is not an Exception
+        lines = [line for line in str(exc).splitlines() if line.strip()]
+        typer.echo(f"farm: internal error ({type(exc).__name__}: {lines[0][:200] if lines else ''}); the traceback "
+                   f"is in {write_crash_log(exc)} — please report it", err=True)
+        sys.exit(1)
+
+
 def fail(message: str) -> None:
     typer.echo(f"error: {message}", err=True)
     raise typer.Exit(code=2)

@@ -47,3 +47,30 @@ def read_user_text(path, what: str) -> str:
         raise UserError(f"{what}: not a UTF-8 text file: {path}") from None
     except OSError as exc:
         raise UserError(f"{what}: cannot read {path}: {exc.strerror or exc}") from None
+
+
+def write_crash_log(exc: BaseException) -> str:
+    """A bug's whole traceback, with the command line and versions, into a log file → its path. The folder is
+    $FARM_LOG_DIR, else $XDG_STATE_HOME/yue2-farm (~/.local/state/yue2-farm), else the temp folder when that
+    cannot be written."""
+    import datetime
+    import os
+    import platform
+    import sys
+    import tempfile
+    import traceback
+
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S")
+    text = (f"farm {' '.join(sys.argv[1:])}\npython {platform.python_version()} on {platform.platform()}\n\n"
+            + "".join(traceback.format_exception(exc)))
+    state = os.environ.get("XDG_STATE_HOME") or os.path.join(os.path.expanduser("~"), ".local", "state")
+    for folder in (os.environ.get("FARM_LOG_DIR") or os.path.join(state, "yue2-farm"), tempfile.gettempdir()):
+        path = os.path.join(folder, f"crash-{stamp}-{os.getpid()}.log")
+        try:
+            os.makedirs(folder, exist_ok=True)
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(text)
+            return path
+        except OSError:
+            continue
+    return "(no folder could be written; the traceback is lost)"

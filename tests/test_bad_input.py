@@ -256,3 +256,24 @@ def test_a_second_render_into_a_busy_folder_is_refused(world, no_work, tmp_path)
     result = run(["render", "{w}/good.toml", "--out", str(out)], world, out)
     assert result.exit_code == 2 and "is being rendered by pid 4242 on studio-7" in result.output, result.output
     assert sorted(p.name for p in out.iterdir()) == [".farm-render.lock"]
+
+
+def test_a_bug_is_one_line_pointing_at_its_traceback_in_a_log(tmp_path):
+    """Not a user's mistake: exit 1, one line on the terminal naming the error and the log file, which holds the
+    whole traceback and the command line."""
+    import subprocess
+    import sys
+
+    code = ("import farm.cli as cli\n"
+            "def broken():\n    raise RuntimeError('kaboom in the driver')\n"
+            "cli.app = broken\ncli.main()\n")
+    run = subprocess.run([sys.executable, "-c", code, "render", "x.toml"], capture_output=True, text=True,
+                         cwd=Path(__file__).resolve().parents[1],
+                         env={**os.environ, "FARM_LOG_DIR": str(tmp_path / "logs")}, timeout=120)
+    assert run.returncode == 1 and "Traceback" not in run.stderr, run.stderr
+    (line,) = run.stderr.strip().splitlines()
+    assert "internal error (RuntimeError: kaboom in the driver)" in line and "please report it" in line
+    (log,) = (tmp_path / "logs").iterdir()
+    assert str(log) in line
+    text = log.read_text()
+    assert "Traceback" in text and "kaboom in the driver" in text and "render x.toml" in text
