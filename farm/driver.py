@@ -140,11 +140,11 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
             print(f"metrics: {recovered} stage call(s) that finished after an earlier render stopped were logged "
                   f"from their stage markers", flush=True)
         log = metrics_io.EventLog(store, run_id)
-        workers, where = recovery.Workers({}, {}, placement.launch, opts.stall_seconds), {}
+        slots, specs, where = {}, {}, {}
         if todo:
             slots, specs = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
-            workers = recovery.Workers(slots, specs, placement.launch, opts.stall_seconds)
             where = placement.worker_reports(slots)
+        workers = recovery.Workers(slots, specs, placement.launch, opts.stall_seconds)
         pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress, store)
         view = LiveView(store, run_id, album.title, placement.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)

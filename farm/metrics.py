@@ -86,7 +86,6 @@ class EventLog:
         self.events: list[StageEvent] = []
         self.flushed = 0
         self.parts = 0
-        self.chunk: str | None = None          # the run's current chunk file
 
     def add(self, event: StageEvent) -> None:
         self.events.append(event)
@@ -105,7 +104,6 @@ class EventLog:
             for name in self.store.listdir(folder):      # what the new chunk covers, now that it is whole
                 if name != chunk and _covered(name, self.parts - 1):
                     self.store.remove_tree(f"{folder}/{name}")
-            self.chunk = chunk
 
 
 def _part_index(name: str) -> int | None:

@@ -5,12 +5,11 @@ transposed tile out[m, n-tile]ᵀ = W[n-tile, k-range] · X[m, k-range]ᵀ, so t
 With SPLIT > 1 the K range is cut into SPLIT parts whose FP32 partials go to a workspace; the program that finishes
 last for an n-tile (an atomic counter tells it) sums the partials in the order 0, 1, …, SPLIT − 1 and applies the
 epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
-result never depends on the other rows.
+result never depends on the other rows. EPI is the epilogue's index in `skinny_gemm.EPILOGUES`: 0 none, 1 residual
+add, 2 SiLU(gate)·up.
 """
 import triton
 import triton.language as tl
-
-NONE, ADD, SILU_MUL = 0, 1, 2       # epilogues
 
 
 @triton.jit
