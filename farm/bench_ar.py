@@ -146,8 +146,9 @@ def batch_invariance(engine, cfg) -> dict:
 
 
 def kernel_vs_sdpa(engine, cfg) -> dict:
-    """One layer's decode attention for 24 rows at 7.7k keys: the paged kernels (cache write included) vs SDPA
-    over a padded 8192-key cache (the old engine's way; its cache write not counted)."""
+    """One layer's decode attention for 24 rows at 7.7k keys: the paged kernels (q/k norm, RoPE and cache write
+    included) vs SDPA over a padded 8192-key cache (the old engine's way; its norm, RoPE and cache write not
+    counted)."""
     import torch
 
     from stages.paged_attention import decode_attention
@@ -155,8 +156,11 @@ def kernel_vs_sdpa(engine, cfg) -> dict:
 
     m, rows, ctx = cfg.model, 24, min(7680, cfg.model.context // 2)
     kv, dev, dtype = engine.kv, engine.device, engine.dtype
-    q = torch.randn(rows, m.num_attention_heads, m.head_dim, dtype=dtype, device=dev)
-    k_new = torch.randn(rows, m.num_key_value_heads, m.head_dim, dtype=dtype, device=dev)
+    heads, kvh, d = m.num_attention_heads, m.num_key_value_heads, m.head_dim
+    qkv = torch.randn(rows, (heads + 2 * kvh) * d, dtype=dtype, device=dev)
+    norm, cos, sin = (torch.ones(d, dtype=dtype, device=dev), torch.ones(rows, d, dtype=dtype, device=dev),
+                      torch.zeros(rows, d, dtype=dtype, device=dev))      # RoPE at position 0: no rotation
+    q = qkv[:, :heads * d].reshape(rows, heads, d)
     pages = -(-ctx // kv.page)
     block_table = torch.zeros(rows, kv.per_slot, dtype=torch.int32, device=dev)
     block_table[:, :pages] = torch.arange(rows * pages, dtype=torch.int32, device=dev).reshape(rows, pages) % (
@@ -167,7 +171,7 @@ def kernel_vs_sdpa(engine, cfg) -> dict:
     visible = (torch.arange(8192, device=dev) < ctx)[None, None, None, :]
 
     def paged():
-        return decode_attention(q, k_new, k_new, kv.k[0], kv.v[0], block_table, lens)
+        return decode_attention(qkv, norm, norm, cos, sin, kv.k[0], kv.v[0], block_table, lens, 1e-6)
 
     def sdpa():
         return attend(q[:, :, None], kpad, vpad, mask=visible)

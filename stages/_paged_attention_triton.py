@@ -1,6 +1,8 @@
 """Triton kernels behind `paged_attention.decode_attention` (imported only on CUDA hosts, or in the interpreter).
 
-Scores are kept in base 2: `qk_scale` already holds 1/√d · log₂e. A row of length L attends to its L − 1 cached
+Both kernels read the raw q/k/v product of the step ([rows, (HEADS + 2·KV)·D]: q heads, then k, then v) and
+apply the per-head RMSNorm and RoPE themselves (`_norm_rope`). Scores are kept in base 2: `qk_scale` already holds
+1/√d · log₂e. A row of length L attends to its L − 1 cached
 keys (the split kernel, span by span) and to the step's own new key (the merge kernel, which also stores that key and its
 value into the row's page: nothing reads that place during the split kernel, so there is no race)."""
 import triton
@@ -8,16 +10,38 @@ import triton.language as tl
 
 
 @triton.jit
-def split_kv_attention(Q, K, V, BT, LENS, PART, LSE,
-                       sq_r, sq_h, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale,
-                       GROUPS: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                       SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, ROUNDS: tl.constexpr,
-                       PDL: tl.constexpr):
+def _norm_rope(QKV, W, COS, SIN, row_at, cs_at, heads, hmask, eps, D: tl.constexpr):
+    """Heads `heads` of one row of the raw q/k/v product → RMSNorm per head (weight W), then rotate-half RoPE, each
+    op rounded to the activation dtype as the eager PyTorch ops of `transformer.qk_norm_rope` round. → [len(heads), D]."""
+    dtype = QKV.dtype.element_ty
+    half: tl.constexpr = D // 2
+    d = tl.arange(0, D)
+    partner = (d + half) % D
+    x = tl.load(QKV + row_at + heads[:, None] * D + d[None, :], mask=hmask[:, None], other=0.0).to(tl.float32)
+    xp = tl.load(QKV + row_at + heads[:, None] * D + partner[None, :], mask=hmask[:, None], other=0.0).to(tl.float32)
+    factor = tl.rsqrt(tl.sum(x * x, 1) / D + eps).to(dtype).to(tl.float32)[:, None]
+    w = tl.load(W + d).to(tl.float32)[None, :]
+    wp = tl.load(W + partner).to(tl.float32)[None, :]
+    n = ((x * factor).to(dtype).to(tl.float32) * w).to(dtype).to(tl.float32)
+    npart = ((xp * factor).to(dtype).to(tl.float32) * wp).to(dtype).to(tl.float32)
+    rot = tl.where(d[None, :] < half, -npart, npart)
+    cos = tl.load(COS + cs_at + d).to(tl.float32)[None, :]
+    sin = tl.load(SIN + cs_at + d).to(tl.float32)[None, :]
+    return ((n * cos).to(dtype).to(tl.float32) + (rot * sin).to(dtype).to(tl.float32)).to(dtype)
+
+
+@triton.jit
+def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
+                       s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
+                       HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
+                       PAGE: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr,
+                       ROUNDS: tl.constexpr, PDL: tl.constexpr):
     """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row's cached keys: the query heads of one
     GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it."""
     if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    GROUPS: tl.constexpr = HEADS // KV
     row, kvh = tl.program_id(0), tl.program_id(1)
     past = tl.load(LENS + row) - 1
     if past > tl.program_id(2) * SPLIT:
@@ -26,7 +50,7 @@ def split_kv_attention(Q, K, V, BT, LENS, PART, LSE,
         n = tl.arange(0, PAGE)
         heads = kvh * GROUPS + g
         qmask = g < GROUPS
-        q = tl.load(Q + row * sq_r + heads[:, None] * sq_h + d[None, :], mask=qmask[:, None], other=0.0)
+        q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
         for r in range(0, ROUNDS):      # a constant bound and a runtime test: spans past the row are skipped
             split = tl.program_id(2) + r * PROGRAMS
             start = split * SPLIT
@@ -61,24 +85,28 @@ def split_kv_attention(Q, K, V, BT, LENS, PART, LSE,
 
 
 @triton.jit
-def merge_and_store(Q, KN, VN, K, V, BT, LENS, PART, LSE, OUT,
-                    sq_r, sq_h, skn_r, skn_h, svn_r, svn_h, sk_p, sk_h, sk_t, sbt_r,
-                    sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale,
-                    GROUPS: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr,
-                    MAX_SPLITS: tl.constexpr, PDL: tl.constexpr):
+def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
+                    s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
+                    HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                    SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr, PDL: tl.constexpr):
     """Program (row, head): the new key first, then the row's spans in order, 32 at a time (a fixed order, so
     batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
+    GROUPS: tl.constexpr = HEADS // KV
     row, head = tl.program_id(0), tl.program_id(1)
     length = tl.load(LENS + row)
     d = tl.arange(0, D)
     if length > 0:
         kvh = head // GROUPS
-        q = tl.load(Q + row * sq_r + head * sq_h + d).to(tl.float32)
-        k_new = tl.load(KN + row * skn_r + kvh * skn_h + d)
-        v_new = tl.load(VN + row * svn_r + kvh * svn_h + d)
+        one = tl.arange(0, 1)
+        everywhere = one < 1
+        q = tl.sum(_norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, head + one, everywhere, eps, D), 0)
+        k_new = tl.sum(_norm_rope(QKV, KW, COS, SIN, row * s_r, row * scs_r, HEADS + kvh + one, everywhere, eps,
+                                  D), 0).to(QKV.dtype.element_ty)
+        v_new = tl.load(QKV + row * s_r + (HEADS + KV + kvh) * D + d)
+        q = q.to(tl.float32)
         m = tl.sum(q * k_new.to(tl.float32), 0) * qk_scale
         total = tl.full([], 1.0, tl.float32)
         acc = v_new.to(tl.float32)

@@ -28,8 +28,8 @@ from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
 from .protocol import check_context
-from .transformer import (AR, BranchWeights, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits,
-                          rope_tables)
+from .transformer import (AR, BranchWeights, YuE2, attend, branch_weights, dims, layer_head, layer_qkv, layer_tail,
+                          logits, rope_tables)
 
 STEP_SLOTS = 32      # rows of every step: one shape everywhere, so the sequential path and the farm agree
 SAMPLERS = ("fast", "exact")
@@ -196,10 +196,11 @@ class AREngine:
         kv = self.kv
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
-        cos, sin = rope_tables(positions[:, None], self.cfg, self.dtype)       # [S, 1, D]
+        cos, sin = rope_tables(positions, self.cfg, self.dtype)                # [S, D]
         for i, w in enumerate(self.weights):
-            q, k, v = self._head(x, w.in_norm, w.qkv, w.q_norm, w.k_norm, cos, sin, self.dims)
-            out = decode_attention(q[:, :, 0], k[:, :, 0], v[:, :, 0], kv.k[i], kv.v[i], kv.block_table, seq_lens)
+            qkv = self._head(x, w.in_norm, w.qkv, self.dims)[:, 0]
+            out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens,
+                                   self.dims.eps)
             x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
         return logits(self.model, x[:, 0])
 
@@ -357,11 +358,10 @@ class AREngine:
         return results
 
 
-def _step_head(x, in_norm, qkv, q_norm, k_norm, cos, sin, d):
-    """layer_head over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
-    matrix products in the skinny-GEMM op."""
-    return layer_head(x, BranchWeights(in_norm, qkv, q_norm, k_norm, None, None, None, None), cos, sin, d,
-                      skinny_gemm.linear)
+def _step_head(x, in_norm, qkv, d):
+    """layer_qkv over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
+    matrix product in the skinny-GEMM op; the attention op does the q/k norm and RoPE."""
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)
 
 
 def _step_tail(x, attn, o, post_norm, gate_up, down, d):

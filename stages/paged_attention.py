@@ -1,9 +1,11 @@
 """Decode attention over a paged KV cache: one query per row, each row reading only its own live keys.
 
 The cache of one layer is a pool of pages `[pages, kv_heads, page, head_dim]`; a row's keys live in the pages its
-block-table row names, in order. A step's row r brings its own new key and value (position seq_lens[r] − 1), which
-are stored into its page, and its query attends to all seq_lens[r] keys (0 = an idle row: nothing is read or
-stored, and its output is zeros).
+block-table row names, in order. A step's row r brings its raw q/k/v product (position seq_lens[r] − 1): the op
+applies the per-head q/k RMSNorm and RoPE (`transformer.qk_norm_rope`, each op rounded as the eager ops round),
+stores the new key and value into the row's page, and attends over all seq_lens[r] keys (0 = an idle row: nothing
+is read or stored, and its output is zeros). Doing the norm and RoPE here spares the step two launches per layer:
+both kernels load q (and the merge kernel the new key) anyway.
 
 On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the keys of a row are cut into spans of
 `SPLIT`; a program handles one row, one KV head (all the query heads of its GQA group at once) and every
@@ -20,16 +22,21 @@ import math
 
 import torch
 
+from .transformer import Dims, qk_norm_rope, split_heads
+
 SPLIT = 128          # keys per span: short rows still spread over several programs
 PROGRAMS = 16        # programs per (row, KV head); each takes every PROGRAMS-th span of its row
 
 
-def reference(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
     """Plain PyTorch, row by row (each row's reductions see only its own keys, so rows never affect each other).
-    q [R, H, D]; k_new, v_new [R, KV, D]; pools [P, KV, page, D] (written in place); block_table [R, max_pages]
-    int; seq_lens [R] → [R, H, D]."""
-    rows, heads, d = q.shape
-    kv, page = k_pool.shape[1], k_pool.shape[2]
+    qkv [R, (H + 2·KV)·D] (the raw q/k/v product); q_norm, k_norm [D]; cos, sin [R, D] (each row's position);
+    pools [P, KV, page, D] (written in place); block_table [R, max_pages] int; seq_lens [R] → [R, H, D]."""
+    kv, page, d = k_pool.shape[1], k_pool.shape[2], k_pool.shape[3]
+    rows, heads = qkv.shape[0], qkv.shape[1] // d - 2 * kv
+    q, k_new, v_new = split_heads(qkv[:, None], Dims(heads, kv, d, eps))
+    q, k_new = qk_norm_rope(q, k_new, q_norm, k_norm, cos[:, None], sin[:, None], eps)
+    q, k_new, v_new = q[:, 0], k_new[:, 0], v_new[:, 0]
     out = torch.zeros_like(q)
     for r, length in enumerate(seq_lens.tolist()):
         if length == 0:
@@ -45,58 +52,60 @@ def reference(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.T
     return out
 
 
-def decode_attention(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
-    """Store each row's new key and value, then attend. The Triton kernels on CUDA, the reference elsewhere: one
-    opaque op either way."""
-    return torch.ops.yue2.decode_attention(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens)
+def decode_attention(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float
+                     ) -> torch.Tensor:
+    """Normalise and rotate each row's new query and key, store its key and value, then attend. The Triton
+    kernels on CUDA, the reference elsewhere: one opaque op either way."""
+    return torch.ops.yue2.decode_attention(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens,
+                                           eps)
 
 
 # ---- the Triton kernels (imported only where CUDA is) -----------------------------------------------------------
 
-def _launch(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens) -> torch.Tensor:
+def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps) -> torch.Tensor:
     import triton
 
     from ._paged_attention_triton import merge_and_store, split_kv_attention
     from .skinny_gemm import pdl
 
-    rows, heads, d = q.shape
-    kv, page = k_pool.shape[1], k_pool.shape[2]
+    kv, page, d = k_pool.shape[1], k_pool.shape[2], k_pool.shape[3]
+    rows, heads = qkv.shape[0], qkv.shape[1] // d - 2 * kv
     groups = heads // kv
-    early = pdl(q.device)
+    early = pdl(qkv.device)
     max_splits = triton.cdiv(block_table.shape[1] * page, SPLIT)
-    part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=q.device)
-    lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=q.device)
-    out = torch.empty_like(q)
+    part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=qkv.device)
+    lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=qkv.device)
+    out = torch.empty(rows, heads, d, dtype=qkv.dtype, device=qkv.device)
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
+    common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, SPLIT=SPLIT, PDL=early, launch_pdl=early)
     split_kv_attention[(rows, kv, PROGRAMS)](
-        q, k_pool, v_pool, block_table, seq_lens, part, lse,
-        q.stride(0), q.stride(1), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
+        qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
+        qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-        qk_scale, GROUPS=groups, GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d, PAGE=page, SPLIT=SPLIT,
-        IEEE=q.dtype == torch.float32, PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS), PDL=early,
-        launch_pdl=early)
+        qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
+        PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS), **common)
     merge_and_store[(rows, heads)](
-        q, k_new, v_new, k_pool, v_pool, block_table, seq_lens, part, lse, out,
-        q.stride(0), q.stride(1), k_new.stride(0), k_new.stride(1), v_new.stride(0), v_new.stride(1),
-        k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
+        qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
+        qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-        qk_scale, GROUPS=groups, D=d, PAGE=page, SPLIT=SPLIT, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32,
-        PDL=early, launch_pdl=early)
+        qk_scale, eps, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32, **common)
     return out
 
 
 def _register() -> None:
     """`yue2::decode_attention` as an opaque custom op (the reference by default, the kernels on CUDA)."""
     @torch.library.custom_op("yue2::decode_attention", mutates_args=("k_pool", "v_pool"))
-    def _op(q: torch.Tensor, k_new: torch.Tensor, v_new: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor,
-            block_table: torch.Tensor, seq_lens: torch.Tensor) -> torch.Tensor:
-        return reference(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens)
+    def _op(qkv: torch.Tensor, q_norm: torch.Tensor, k_norm: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+            k_pool: torch.Tensor, v_pool: torch.Tensor, block_table: torch.Tensor, seq_lens: torch.Tensor,
+            eps: float) -> torch.Tensor:
+        return reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps)
 
     _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
-    def _(q, k_new, v_new, k_pool, v_pool, block_table, seq_lens):
-        return torch.empty_like(q)
+    def _(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps):
+        kv, d = k_pool.shape[1], k_pool.shape[3]
+        return qkv.new_empty(qkv.shape[0], qkv.shape[1] // d - 2 * kv, d)
 
 
 _register()

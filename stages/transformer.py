@@ -229,17 +229,30 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (x * factor.to(x.dtype)) * weight
 
 
+def layer_qkv(x: torch.Tensor, w: BranchWeights, d: Dims, linear=skinny_gemm.reference) -> torch.Tensor:
+    """Input norm and the fused q/k/v product. x [B, T, H] → [B, T, (heads + 2·kv_heads)·D], q then k then v."""
+    return linear(rms_norm(x, w.in_norm, d.eps), w.qkv)
+
+
+def split_heads(qkv: torch.Tensor, d: Dims):
+    """[B, T, (heads + 2·kv_heads)·D] → q [B, T, heads, D], k, v [B, T, kv_heads, D] (views)."""
+    b, t, _ = qkv.shape
+    return qkv.view(b, t, d.heads + 2 * d.kv_heads, d.head_dim).split([d.heads, d.kv_heads, d.kv_heads], dim=2)
+
+
+def qk_norm_rope(q: torch.Tensor, k: torch.Tensor, q_norm, k_norm, cos, sin, eps: float):
+    """Per-head RMSNorm of q and k, then RoPE. q [B, T, heads, D], k [B, T, kv_heads, D]."""
+    return apply_rope(rms_norm(q, q_norm, eps), cos, sin), apply_rope(rms_norm(k, k_norm, eps), cos, sin)
+
+
 def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims, linear=skinny_gemm.reference):
     """Input norm, fused q/k/v, per-head q/k norm, RoPE. x [B, T, H] → q [B, heads, T, D], k, v [B, KV, T, D].
     `linear(x, w, epilogue, residual)` runs the matrix products: plain PyTorch by default, the skinny-GEMM op in
-    the AR decode step (skinny_gemm.py; same maths and rounding order)."""
-    b, t, _ = x.shape
-    q, k, v = linear(rms_norm(x, w.in_norm, d.eps), w.qkv).split(
-        [d.heads * d.head_dim, d.kv_heads * d.head_dim, d.kv_heads * d.head_dim], dim=-1)
-    q = rms_norm(q.reshape(b, t, d.heads, d.head_dim), w.q_norm, d.eps)
-    k = rms_norm(k.reshape(b, t, d.kv_heads, d.head_dim), w.k_norm, d.eps)
-    q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
-    return q.transpose(1, 2), k.transpose(1, 2), v.reshape(b, t, d.kv_heads, d.head_dim).transpose(1, 2)
+    the AR decode step (skinny_gemm.py; same maths and rounding order). The decode step stops after `layer_qkv`:
+    its attention kernels do the q/k norm and RoPE themselves (paged_attention.py)."""
+    q, k, v = split_heads(layer_qkv(x, w, d, linear), d)
+    q, k = qk_norm_rope(q, k, w.q_norm, w.k_norm, cos, sin, d.eps)
+    return q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
 
 
 def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims,

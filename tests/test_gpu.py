@@ -27,21 +27,25 @@ def gpu_model(tiny_ckpt_dir, tiny_cfg):
 
 
 def test_paged_kernel_equals_the_reference():
+    """The kernels (q/k norm and RoPE, the cache write, split and merge) against the row-by-row reference."""
     from stages import paged_attention as pa
 
     g = torch.Generator(device="cuda").manual_seed(0)
     rows, heads, kv, d, page, pages = 6, 16, 8, 128, 64, 96
-    q = torch.randn(rows, heads, d, device="cuda", generator=g).bfloat16()
-    k_new, v_new = (torch.randn(rows, kv, d, device="cuda", generator=g).bfloat16() for _ in range(2))
+    qkv = torch.randn(rows, (heads + 2 * kv) * d, device="cuda", generator=g).bfloat16()
+    q_norm, k_norm = ((1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16() for _ in range(2))
     k = torch.randn(pages, kv, page, d, device="cuda", generator=g).bfloat16()
     v = torch.randn(pages, kv, page, d, device="cuda", generator=g).bfloat16()
     table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 15] + 1).int().reshape(rows, 15)
     lens = torch.tensor([0, 1, 63, 129, 700, 960], dtype=torch.int32, device="cuda")
+    angles = (lens.clamp(min=1) - 1).float()[:, None] * 1e6 ** (-torch.arange(0, d, 2, device="cuda") / d)
+    cos, sin = (f(torch.cat([angles, angles], -1)).bfloat16() for f in (torch.cos, torch.sin))
     k2, v2 = k.clone(), v.clone()
-    got = pa.decode_attention(q, k_new, v_new, k, v, table, lens)
-    want = pa.reference(q, k_new, v_new, k2, v2, table, lens)
+    got = pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
+    want = pa.reference(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=0)
-    assert torch.equal(k, k2) and torch.equal(v, v2)          # the new keys and values landed in the same places
+    stored = k != k2          # the normalised, rotated new keys: the eager ops' rounding, up to a rare last bit
+    assert stored.sum() <= 0.01 * 5 * kv * d and torch.equal(v, v2)
     assert got[0].abs().max() == 0
 
 

@@ -34,16 +34,18 @@ PAGED_ATTENTION = textwrap.dedent("""
     from stages import paged_attention as pa
     g = torch.Generator().manual_seed(0)
     rows, heads, kv, d, page, pages = 4, 4, 2, 16, 64, 24
-    q = torch.randn(rows, heads, d, generator=g)
-    k_new, v_new = (torch.randn(rows, kv, d, generator=g) for _ in range(2))
+    qkv = torch.randn(rows, (heads + 2 * kv) * d, generator=g)
+    q_norm, k_norm = (1 + 0.1 * torch.randn(d, generator=g) for _ in range(2))
     k, v = torch.randn(pages, kv, page, d, generator=g), torch.randn(pages, kv, page, d, generator=g)
     table = (torch.randperm(pages - 1, generator=g)[:rows * 5] + 1).int().reshape(rows, 5)
     lens = torch.tensor([0, 1, 129, 300], dtype=torch.int32)      # idle, only the new key, 2 and 5 pages
+    angles = (lens.clamp(min=1) - 1).float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)
+    cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
     k2, v2 = k.clone(), v.clone()
-    got = pa._launch(q, k_new, v_new, k, v, table, lens)
-    want = pa.reference(q, k_new, v_new, k2, v2, table, lens)
+    got = pa._launch(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
+    want = pa.reference(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
     assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()
-    assert torch.equal(k, k2) and torch.equal(v, v2) and got[0].abs().max() == 0   # the cache write, the idle row
+    assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2) and got[0].abs().max() == 0   # the cache write, the idle row
     print("ok")
 """)
 
@@ -61,5 +63,5 @@ def test_skinny_gemm_kernel():
 
 
 def test_paged_attention_kernels():
-    """The split and merge kernels (the cache write included) against the row-by-row reference."""
+    """The split and merge kernels (q/k norm and RoPE, the cache write) against the row-by-row reference."""
     assert _interpret(PAGED_ATTENTION).startswith("ok")
