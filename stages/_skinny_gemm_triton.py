@@ -7,25 +7,35 @@ last for an n-tile (an atomic counter tells it) sums the partials in the order 0
 epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
 result never depends on the other rows. EPI is the epilogue's index in `skinny_gemm.EPILOGUES`: 0 none, 1 residual
 add, 2 SiLU(gate)·up.
+With NORM, x is to be RMS-normalised first and W already holds the norm's weight (`skinny_gemm.fold_norm`): the
+program sums the squares of the x tiles it loads for the product anyway (it reads all of K), and scales its FP32
+result by each row's factor rsqrt(mean(x²) + eps) before the epilogue. The norm then costs no launch of its own and
+x stays an unmodified MMA operand (multiplying x by the norm weight in registers was measured slower).
 """
 import triton
 import triton.language as tl
 
 
 @triton.jit
-def _tile(X, W, M, sx, sw, n, k_lo, w_first,
-          K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr):
-    """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM]; the first weight tile is already loaded."""
+def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+          BK: tl.constexpr, STAGES: tl.constexpr, NORM: tl.constexpr):
+    """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM], and with NORM each row's Σx² over the range
+    ([BM]); the first weight tile is already loaded."""
     m = tl.arange(0, BM)
     kk = tl.arange(0, BK)
     xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
     acc = tl.dot(w_first, xt, tl.zeros([BN, BM], tl.float32))
+    squares = tl.zeros([BM], tl.float32)
+    if NORM:
+        squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
     for i in tl.range(BK, K_PART, BK, num_stages=STAGES):
         k = k_lo + i
         xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
         w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
         acc = tl.dot(w, xt, acc)
-    return acc
+        if NORM:
+            squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
+    return acc, squares
 
 
 @triton.jit
@@ -45,10 +55,11 @@ def _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI: tl.constexpr, BM: tl.constex
 
 
 @triton.jit
-def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr,
+def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr, eps,
                 K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                EPI: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
-    """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N.
+                EPI: tl.constexpr, NORM: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+    """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N. NORM needs
+    SPLIT == 1 (a program must see all of K to know a row's factor).
 
     With PDL (programmatic dependent launch, sm90+) the kernel may start while the one before it finishes: it
     loads its first weight tiles (weights are never written), then waits for the previous kernel before it reads
@@ -65,10 +76,14 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr,
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    acc = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES)
+    acc, squares = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES, NORM)
     acc2 = acc
     if EPI == 2:
-        acc2 = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES)
+        acc2, _ = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, False)
+    if NORM:
+        factor = tl.rsqrt(squares / K + eps)[None, :]
+        acc = acc * factor
+        acc2 = acc2 * factor
     if SPLIT == 1:
         _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI, BM)
     else:

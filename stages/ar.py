@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 import torch
@@ -95,7 +95,7 @@ class AREngine:
         self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
         self.free_slots = deque(range(slots))
         self.live: list[_Live] = []
-        self.weights, self.dims = branch_weights(model, AR), dims(cfg)
+        self.weights, self.step_weights, self.dims = branch_weights(model, AR), _step_weights(model), dims(cfg)
         self._head, self._tail, self._draw = _step_head, _step_tail, fast_sampling.draw
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
             self._draw, self._head, self._tail = (_compiled(fast_sampling.draw), _compiled(_step_head),
@@ -197,7 +197,7 @@ class AREngine:
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
         cos, sin = rope_tables(positions, self.cfg, self.dtype)                # [S, D]
-        for i, w in enumerate(self.weights):
+        for i, w in enumerate(self.step_weights):
             qkv = self._head(x, w.in_norm, w.qkv, self.dims)[:, 0]
             out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens,
                                    self.dims.eps)
@@ -358,15 +358,28 @@ class AREngine:
         return results
 
 
+def _step_weights(model: YuE2) -> list[BranchWeights]:
+    """The AR layers as the decode step runs them: each RMSNorm weight folded into the matrix after it (q/k/v,
+    gate/up), so the skinny-GEMM op does the norm itself. Built once per model (an extra copy of those two
+    matrices: 1.9 GB for yue2-3b in BF16); prefill keeps the plain weights and maths."""
+    cache = model.__dict__.setdefault("_branches", {})
+    if "ar-step" not in cache:
+        cache["ar-step"] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
+                                    gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm))
+                            for w in branch_weights(model, AR)]
+    return cache["ar-step"]
+
+
 def _step_head(x, in_norm, qkv, d):
     """layer_qkv over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
-    matrix product in the skinny-GEMM op; the attention op does the q/k norm and RoPE."""
-    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)
+    matrix product in the skinny-GEMM op with the norm folded in; the attention op does the q/k norm and RoPE."""
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear,
+                     folded=True)
 
 
 def _step_tail(x, attn, o, post_norm, gate_up, down, d):
     return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
-                      skinny_gemm.linear)
+                      skinny_gemm.linear, folded=True)
 
 
 _COMPILED: dict = {}

@@ -7,8 +7,12 @@ when the matrix is too small to fill the card, and the partials are summed in a 
 finishes last — deterministic, and a row's numbers never depend on the other rows (batch invariance). Two
 epilogues fold the step's glue into the GEMM: `add` (the residual) and `silu_mul` (SwiGLU over a fused gate/up
 weight). Each rounds like the unfused ops: the GEMM result goes to the output dtype before the epilogue's maths.
-An RMSNorm prologue was tried and dropped: multiplying x by the norm weight in registers took x off the
-asynchronous load path, and the step got 0.5 ms slower on an H200.
+The RMSNorm before q/k/v and before gate/up is folded in too (`norm_eps`): the weight given is the matrix times
+the norm's weight (`fold_norm`, done once when the engine starts), the kernel sums the squares of the x tiles it
+loads anyway and scales its FP32 product by each row's factor rsqrt(mean(x²) + eps). That is the same maths with
+one rounding fewer (the normalised x is never rounded to BF16); `farm bench ar` prints the step's distance from an
+FP32 forward beside the plain BF16 forward's. Multiplying x by the norm weight in registers instead was tried and
+dropped: it took x off the asynchronous load path, and the step got 0.5 ms slower on an H200.
 On the CPU the same op runs plain PyTorch. `farm bench ar` prints it against cuBLAS on the model's shapes.
 """
 from __future__ import annotations
@@ -32,10 +36,21 @@ class Tiling:
     stages: int = 4
 
 
-def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none",
-              residual: torch.Tensor | None = None) -> torch.Tensor:
-    """x [M, K], w [N, K] ([2N, K] with gate rows first for silu_mul) → [M, N] in x's dtype."""
-    y = F.linear(x, w)
+def fold_norm(w: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
+    """The matrix that follows an RMSNorm with weight `norm`, that weight multiplied in: w · diag(norm)."""
+    return w * norm
+
+
+def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
+              norm_eps: float | None = None) -> torch.Tensor:
+    """x [M, K], w [N, K] ([2N, K] with gate rows first for silu_mul) → [M, N] in x's dtype. With norm_eps, x is
+    RMS-normalised first and w already holds the norm's weight (fold_norm): the FP32 product is scaled by each
+    row's factor before it is rounded."""
+    if norm_eps is None:
+        y = F.linear(x, w)
+    else:
+        factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm_eps)
+        y = (F.linear(x.float(), w.float()) * factor).to(x.dtype)
     if epilogue == "add":
         return residual + y
     if epilogue == "silu_mul":
@@ -44,14 +59,14 @@ def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none",
     return y
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none",
-           residual: torch.Tensor | None = None) -> torch.Tensor:
+def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
+           norm_eps: float | None = None) -> torch.Tensor:
     """The op: our kernel on CUDA for up to MAX_ROWS rows of a shape `tiling` covers, `reference` elsewhere.
-    x [..., K]; residual (for "add") shaped like the output."""
+    x [..., K]; residual (for "add") shaped like the output; norm_eps as in `reference`."""
     lead = x.shape[:-1]
     flat = x.reshape(-1, x.shape[-1])
     res = residual.reshape(flat.shape[0], -1) if residual is not None else None
-    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res)
+    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps)
     return out.reshape(*lead, out.shape[-1])
 
 
@@ -66,17 +81,18 @@ MEASURED = {
 }
 
 
-def tiling(n: int, k: int, epilogue: str) -> Tiling | None:
+def tiling(n: int, k: int, epilogue: str, norm: bool = False) -> Tiling | None:
     """The tiles for an output width n and depth k: measured ones for the model's shapes, else a rule that gives
-    about one program per SM; None when the shape does not divide into them (the op then runs the reference)."""
-    if (n, k, epilogue) in MEASURED:
+    about one program per SM; None when the shape does not divide into them (the op then runs the reference).
+    A folded norm needs the whole of K in one program (no split)."""
+    if (n, k, epilogue) in MEASURED and not (norm and MEASURED[(n, k, epilogue)].split > 1):
         return MEASURED[(n, k, epilogue)]
     block_n = 32 if n % 32 == 0 else 16
     block_k = next((b for b in (128, 64, 32, 16) if k % b == 0), None)
     if n % block_n or block_k is None:
         return None
     split = 1
-    while (n // block_n) * split < 128 and k % (block_k * split * 2) == 0 and split < 8:
+    while not norm and (n // block_n) * split < 128 and k % (block_k * split * 2) == 0 and split < 8:
         split *= 2
     return Tiling(block_n=block_n, block_k=block_k, split=split)
 
@@ -92,15 +108,16 @@ def pdl(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _launch(x, w, epilogue, residual, t: Tiling | None = None):
+def _launch(x, w, epilogue, residual, norm_eps=None, t: Tiling | None = None):
     from . import _skinny_gemm_triton as kern
 
     m, k = x.shape
     n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
-    t = t or tiling(n, k, epilogue)
-    if m > MAX_ROWS or t is None or x.stride(1) != 1 or w.stride(1) != 1 or (
+    norm = norm_eps is not None
+    t = t or tiling(n, k, epilogue, norm)
+    if m > MAX_ROWS or t is None or (norm and t.split > 1) or x.stride(1) != 1 or w.stride(1) != 1 or (
             residual is not None and residual.stride(1) != 1):
-        return reference(x, w, epilogue, residual)
+        return reference(x, w, epilogue, residual, norm_eps)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = n // t.block_n
     part = count = out
@@ -113,20 +130,21 @@ def _launch(x, w, epilogue, residual, t: Tiling | None = None):
     res = residual if residual is not None else out
     kern.skinny_gemm[(tiles, t.split)](
         x, w, out, res, part, count, m, n, x.stride(0), w.stride(0), out.stride(0), res.stride(0),
-        K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split, EPI=EPILOGUES.index(epilogue),
-        STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
+        norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split,
+        EPI=EPILOGUES.index(epilogue), NORM=norm, STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
     return out
 
 
 def _register() -> None:
     @torch.library.custom_op("yue2::skinny_linear", mutates_args=())
-    def _op(x: torch.Tensor, w: torch.Tensor, epilogue: str, residual: torch.Tensor | None) -> torch.Tensor:
-        return reference(x, w, epilogue, residual)
+    def _op(x: torch.Tensor, w: torch.Tensor, epilogue: str, residual: torch.Tensor | None,
+            norm_eps: float | None) -> torch.Tensor:
+        return reference(x, w, epilogue, residual, norm_eps)
 
     _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
-    def _(x, w, epilogue, residual):
+    def _(x, w, epilogue, residual, norm_eps):
         n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
         return x.new_empty(x.shape[0], n)
 

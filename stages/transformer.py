@@ -229,9 +229,19 @@ def rms_norm(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return (x * factor.to(x.dtype)) * weight
 
 
-def layer_qkv(x: torch.Tensor, w: BranchWeights, d: Dims, linear=skinny_gemm.reference) -> torch.Tensor:
+def normed_linear(x: torch.Tensor, norm: torch.Tensor, w: torch.Tensor, d: Dims, linear, epilogue: str = "none",
+                  folded: bool = False) -> torch.Tensor:
+    """RMSNorm(x; norm) · wᵀ. `folded`: w already holds the norm's weight (skinny_gemm.fold_norm) and `linear`
+    applies each row's RMS factor to its product (the decode step's op does, one launch instead of two)."""
+    if folded:
+        return linear(x, w, epilogue, None, d.eps)
+    return linear(rms_norm(x, norm, d.eps), w, epilogue)
+
+
+def layer_qkv(x: torch.Tensor, w: BranchWeights, d: Dims, linear=skinny_gemm.reference,
+              folded: bool = False) -> torch.Tensor:
     """Input norm and the fused q/k/v product. x [B, T, H] → [B, T, (heads + 2·kv_heads)·D], q then k then v."""
-    return linear(rms_norm(x, w.in_norm, d.eps), w.qkv)
+    return normed_linear(x, w.in_norm, w.qkv, d, linear, folded=folded)
 
 
 def split_heads(qkv: torch.Tensor, d: Dims):
@@ -256,12 +266,12 @@ def layer_head(x: torch.Tensor, w: BranchWeights, cos, sin, d: Dims, linear=skin
 
 
 def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims,
-               linear=skinny_gemm.reference) -> torch.Tensor:
+               linear=skinny_gemm.reference, folded: bool = False) -> torch.Tensor:
     """o_proj + residual, then the SwiGLU MLP (silu(gate)·up over the fused gate/up weight) + residual.
     attn [B, heads, T, D] → x [B, T, H]."""
     b, _, t, _ = attn.shape
     x = linear(attn.transpose(1, 2).reshape(b, t, d.heads * d.head_dim), w.o, "add", x)
-    h = linear(rms_norm(x, w.post_norm, d.eps), w.gate_up, "silu_mul")
+    h = normed_linear(x, w.post_norm, w.gate_up, d, linear, "silu_mul", folded)
     return linear(h, w.down, "add", x)
 
 

@@ -2,10 +2,12 @@
 under Triton's interpreter in tests/test_triton_interpreted.py, and in BF16 on the real shapes in tests/test_gpu.py."""
 from __future__ import annotations
 
+from dataclasses import fields, replace
+
 import torch
 
 from stages import skinny_gemm as sg
-from stages.transformer import BranchWeights, Dims, layer_head, layer_tail
+from stages.transformer import BranchWeights, Dims, layer_head, layer_qkv, layer_tail
 
 
 def _weights(h=64, inter=96, heads=4, kv=2, d=16, seed=0) -> BranchWeights:
@@ -27,6 +29,27 @@ def test_the_op_runs_the_layer_maths_unchanged_on_the_cpu():
         assert torch.equal(a, b)
     attn = torch.randn(3, 4, 1, 16)
     assert torch.equal(layer_tail(x, attn, w, d), layer_tail(x, attn, w, d, sg.linear))
+
+
+def test_folded_norms_are_the_same_layer_maths():
+    """The decode step's form (each RMSNorm weight folded into the next matrix, the row factor applied to the
+    product) against the plain layer: equal up to rounding, in FP32 and BF16."""
+    w, d = _weights(), Dims(4, 2, 16, 1e-6)
+    folded = replace(w, qkv=sg.fold_norm(w.qkv, w.in_norm), gate_up=sg.fold_norm(w.gate_up, w.post_norm))
+    x, attn = torch.randn(3, 1, 64), torch.randn(3, 4, 1, 16)
+    for dtype, tol in ((torch.float32, 1e-5), (torch.bfloat16, 3e-2)):
+        cast = lambda t: t.to(dtype)
+        wp, wf = (BranchWeights(*map(cast, _tensors(v))) for v in (w, folded))
+        plain = layer_qkv(cast(x), wp, d)
+        fast = layer_qkv(cast(x), wf, d, sg.linear, folded=True)
+        assert (fast.float() - plain.float()).abs().max() <= tol * plain.float().abs().max()
+        plain = layer_tail(cast(x), cast(attn), wp, d)
+        fast = layer_tail(cast(x), cast(attn), wf, d, sg.linear, folded=True)
+        assert (fast.float() - plain.float()).abs().max() <= tol * plain.float().abs().max()
+
+
+def _tensors(w: BranchWeights) -> list:
+    return [getattr(w, f.name) for f in fields(w)]
 
 
 def test_every_model_shape_has_a_tiling():

@@ -12,19 +12,20 @@ SKINNY_GEMM = textwrap.dedent("""
     import torch
     from stages import skinny_gemm as sg
     torch.manual_seed(0)
-    cases = [(5, 128, 256, "none", sg.Tiling(32, 64, 1)), (32, 128, 512, "add", sg.Tiling(32, 64, 4)),
-             (3, 64, 256, "silu_mul", sg.Tiling(16, 32, 2)), (17, 96, 256, "silu_mul", sg.Tiling(32, 64, 1)),
-             (6, 64, 512, "none", sg.Tiling(16, 128, 2))]
-    for m, n, k, epilogue, t in cases:
+    cases = [(5, 128, 256, "none", None, sg.Tiling(32, 64, 1)), (32, 128, 512, "add", None, sg.Tiling(32, 64, 4)),
+             (3, 64, 256, "silu_mul", None, sg.Tiling(16, 32, 2)),
+             (17, 96, 256, "silu_mul", None, sg.Tiling(32, 64, 1)), (6, 64, 512, "none", None, sg.Tiling(16, 128, 2)),
+             (7, 64, 256, "none", 1e-6, sg.Tiling(32, 64, 1)), (9, 64, 128, "silu_mul", 1e-6, sg.Tiling(16, 32, 1))]
+    for m, n, k, epilogue, eps, t in cases:
         x, w = torch.randn(m, k), torch.randn(2 * n if epilogue == "silu_mul" else n, k)
         res = torch.randn(m, n) if epilogue == "add" else None
-        want = sg.reference(x, w, epilogue, res)
-        got = sg._launch(x, w, epilogue, res, t)
+        want = sg.reference(x, w, epilogue, res, eps)
+        got = sg._launch(x, w, epilogue, res, eps, t=t)
         assert (got - want).abs().max() <= 1e-5 * want.abs().max(), (m, n, k, epilogue, t)
-        assert torch.equal(got, sg._launch(x, w, epilogue, res, t))        # split-K: a fixed order
+        assert torch.equal(got, sg._launch(x, w, epilogue, res, eps, t=t))      # split-K: a fixed order
         other = x.clone()
         other[1:] = torch.randn(m - 1, k)
-        assert torch.equal(sg._launch(other, w, epilogue, res, t)[0], got[0])   # rows never mix
+        assert torch.equal(sg._launch(other, w, epilogue, res, eps, t=t)[0], got[0])   # rows never mix
     print("ok", len(cases))
 """)
 
@@ -58,8 +59,8 @@ def _interpret(code: str) -> str:
 
 
 def test_skinny_gemm_kernel():
-    """Split-K with its last-finisher reduction, the three epilogues, M below the row tile."""
-    assert _interpret(SKINNY_GEMM).startswith("ok 5")
+    """Split-K with its last-finisher reduction, the three epilogues, the folded RMSNorm, M below the row tile."""
+    assert _interpret(SKINNY_GEMM).startswith("ok 7")
 
 
 def test_paged_attention_kernels():
