@@ -44,8 +44,9 @@ def test_paged_kernel_equals_the_reference():
     got = pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
     want = pa.reference(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=0)
-    stored = k != k2          # the normalised, rotated new keys: the eager ops' rounding, up to a rare last bit
-    assert stored.sum() <= 0.01 * 5 * kv * d and torch.equal(v, v2)
+    # the stored keys are normalised and rotated in the kernel: the same ops, rounded to BF16 at the same points
+    torch.testing.assert_close(k.float(), k2.float(), atol=1e-2, rtol=1e-2)
+    assert torch.equal(v, v2) and torch.equal(k[table[0]], k2[table[0]])       # the idle row wrote nothing
     assert got[0].abs().max() == 0
 
 
