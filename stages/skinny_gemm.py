@@ -24,6 +24,7 @@ import torch
 import torch.nn.functional as F
 
 EPILOGUES = ("none", "add", "silu_mul")
+NORM_SQUARES = 2     # how the kernel sums x² for a folded norm: 1 from the MMA's x tiles, 2 from loads of its own
 MAX_ROWS = 32        # the kernel's row tile: the AR step's slot count
 
 
@@ -71,13 +72,16 @@ def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: t
 
 
 # Measured on an H200 (a sweep over block sizes, splits, warps and stages at 32 rows, 28 weights in turn so
-# nothing is served from L2; docs/measured/2026-11-30-h200-skinny-gemm-sweep.log): the best tiling of each
-# yue2-3b shape, keyed by output width, depth and epilogue.
+# nothing is served from L2; docs/measured/2026-11-30-h200-skinny-gemm-sweep.log, and for the folded norm
+# docs/measured/2026-11-30-h200-norm-gemm-sweep.log): the best tiling of each yue2-3b shape, keyed by output width,
+# depth, epilogue and whether the norm is folded in (the row factor's sum of squares changes the best tile).
 MEASURED = {
-    (4096, 2048, "none"): Tiling(32, 256, 1, 4, 5),      # q/k/v   7.4 µs, 2.26 TB/s (cuBLAS 7.4 µs)
-    (2048, 2048, "add"): Tiling(16, 256, 1, 4, 5),       # o       6.0 µs (cuBLAS + add 7.7 µs)
-    (6144, 2048, "silu_mul"): Tiling(64, 128, 1, 4, 5),  # gate/up 16.0 µs, 3.14 TB/s (cuBLAS + SiLU·up 21.2 µs)
-    (2048, 6144, "add"): Tiling(64, 128, 4, 4, 5),       # down    9.9 µs, 2.53 TB/s (cuBLAS + add 12.3 µs)
+    (4096, 2048, "none", False): Tiling(32, 256, 1, 4, 5),      # q/k/v   7.4 µs, 2.26 TB/s (cuBLAS 7.4 µs)
+    (2048, 2048, "add", False): Tiling(16, 256, 1, 4, 5),       # o       6.0 µs (cuBLAS + add 7.7 µs)
+    (6144, 2048, "silu_mul", False): Tiling(64, 128, 1, 4, 5),  # gate/up 16.0 µs, 3.14 TB/s (cuBLAS + SiLU·up 21.2)
+    (2048, 6144, "add", False): Tiling(64, 128, 4, 4, 5),       # down    9.9 µs, 2.53 TB/s (cuBLAS + add 12.3 µs)
+    (4096, 2048, "none", True): Tiling(64, 256, 1, 4, 4),       # q/k/v + norm  9.1 µs (16.0 with the plain tile)
+    (6144, 2048, "silu_mul", True): Tiling(64, 128, 1, 4, 5),   # gate/up + norm 18.0 µs
 }
 
 
@@ -85,8 +89,8 @@ def tiling(n: int, k: int, epilogue: str, norm: bool = False) -> Tiling | None:
     """The tiles for an output width n and depth k: measured ones for the model's shapes, else a rule that gives
     about one program per SM; None when the shape does not divide into them (the op then runs the reference).
     A folded norm needs the whole of K in one program (no split)."""
-    if (n, k, epilogue) in MEASURED and not (norm and MEASURED[(n, k, epilogue)].split > 1):
-        return MEASURED[(n, k, epilogue)]
+    if (n, k, epilogue, norm) in MEASURED:
+        return MEASURED[(n, k, epilogue, norm)]
     block_n = 32 if n % 32 == 0 else 16
     block_k = next((b for b in (128, 64, 32, 16) if k % b == 0), None)
     if n % block_n or block_k is None:
@@ -131,7 +135,7 @@ def _launch(x, w, epilogue, residual, norm_eps=None, t: Tiling | None = None):
     kern.skinny_gemm[(tiles, t.split)](
         x, w, out, res, part, count, m, n, x.stride(0), w.stride(0), out.stride(0), res.stride(0),
         norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split,
-        EPI=EPILOGUES.index(epilogue), NORM=norm, STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
+        EPI=EPILOGUES.index(epilogue), NORM=NORM_SQUARES if norm else 0, STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
     return out
 
 
