@@ -24,7 +24,7 @@ import torch
 import torch.nn.functional as F
 
 EPILOGUES = ("none", "add", "silu_mul")
-NORM_SQUARES = 2     # how the kernel sums x² for a folded norm: 1 from the MMA's x tiles, 2 from loads of its own
+NORM_SQUARES = 1     # how the kernel sums x² for a folded norm: 1 from the MMA's x tiles, 2 from loads of its own
 MAX_ROWS = 32        # the kernel's row tile: the AR step's slot count
 
 
