@@ -1,10 +1,10 @@
 """Triton kernels behind `paged_attention.decode_attention` (imported only on CUDA hosts, or in the interpreter).
 
 Both kernels read the raw q/k/v product of the step ([rows, (HEADS + 2·KV)·D]: q heads, then k, then v) and
-apply the per-head RMSNorm and RoPE themselves (`_norm_rope`). Scores are kept in base 2: `qk_scale` already holds
-1/√d · log₂e. A row of length L attends to its L − 1 cached
-keys (the split kernel, span by span) and to the step's own new key (the merge kernel, which also stores that key and its
-value into the row's page: nothing reads that place during the split kernel, so there is no race)."""
+apply the per-head RMSNorm and RoPE themselves (`_norm_rope`). Scores are kept in base 2: `qk_scale` already
+holds 1/√d · log₂e. A row of length L attends to its L − 1 cached keys (the split kernel, span by span) and to
+the step's own new key (the merge kernel, which also stores that key and its value into the row's page: nothing
+reads that place during the split kernel, so there is no race)."""
 import triton
 import triton.language as tl
 
@@ -12,7 +12,7 @@ import triton.language as tl
 @triton.jit
 def _norm_rope(QKV, W, COS, SIN, row_at, cs_at, heads, hmask, eps, D: tl.constexpr):
     """Heads `heads` of one row of the raw q/k/v product → RMSNorm per head (weight W), then rotate-half RoPE, each
-    op rounded to the activation dtype as the eager PyTorch ops of `transformer.qk_norm_rope` round. → [len(heads), D]."""
+    op rounded to the activation dtype where the eager ops of `transformer.qk_norm_rope` round → [len(heads), D]."""
     dtype = QKV.dtype.element_ty
     half: tl.constexpr = D // 2
     d = tl.arange(0, D)

@@ -7,10 +7,11 @@ last for an n-tile (an atomic counter tells it) sums the partials in the order 0
 epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
 result never depends on the other rows. EPI is the epilogue's index in `skinny_gemm.EPILOGUES`: 0 none, 1 residual
 add, 2 SiLU(gate)·up.
-With NORM (1 or 2), x is to be RMS-normalised first and W already holds the norm's weight (`skinny_gemm.fold_norm`): the
-program sums the squares of x over all of K (1: of the tiles it loads for the product; 2: from loads of its own), and scales its FP32
-result by each row's factor rsqrt(mean(x²) + eps) before the epilogue. The norm then costs no launch of its own and
-x stays an unmodified MMA operand (multiplying x by the norm weight in registers was measured slower).
+With NORM, x is to be RMS-normalised first and W already holds the norm's weight (`skinny_gemm.fold_norm`): the
+program sums x² over the x tiles it loads for the product (it reads all of K) and scales its FP32 result by each
+row's factor rsqrt(mean(x²) + eps) before the epilogue. The norm then costs no launch of its own, and x stays an
+unmodified MMA operand (multiplying x by the norm weight in registers was measured slower; summing x² from a second,
+row-major load of x too).
 """
 import triton
 import triton.language as tl
@@ -26,30 +27,16 @@ def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.conste
     xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
     acc = tl.dot(w_first, xt, tl.zeros([BN, BM], tl.float32))
     squares = tl.zeros([BM], tl.float32)
-    if NORM == 1:
+    if NORM:
         squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
-    if NORM == 2:
-        squares += _squares(X, M, sx, k_lo, BM, BK)
     for i in tl.range(BK, K_PART, BK, num_stages=STAGES):
         k = k_lo + i
         xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
         w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
         acc = tl.dot(w, xt, acc)
-        if NORM == 1:
+        if NORM:
             squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
-        if NORM == 2:
-            squares += _squares(X, M, sx, k, BM, BK)
     return acc, squares
-
-
-@triton.jit
-def _squares(X, M, sx, k, BM: tl.constexpr, BK: tl.constexpr):
-    """Σ x² of each row over [k, k + BK), from a load of its own (row-major, straight into registers), so the
-    MMA's x operand keeps its asynchronous copy."""
-    m = tl.arange(0, BM)
-    kk = tl.arange(0, BK)
-    xs = tl.load(X + m[:, None] * sx + (k + kk)[None, :], mask=m[:, None] < M, other=0.0).to(tl.float32)
-    return tl.sum(xs * xs, 1)
 
 
 @triton.jit
@@ -93,8 +80,8 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr, eps,
     acc, squares = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES, NORM)
     acc2 = acc
     if EPI == 2:
-        acc2, _ = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, 0)
-    if NORM > 0:
+        acc2, _ = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, False)
+    if NORM:
         factor = tl.rsqrt(squares / K + eps)[None, :]
         acc = acc * factor
         acc2 = acc2 * factor

@@ -24,7 +24,6 @@ import torch
 import torch.nn.functional as F
 
 EPILOGUES = ("none", "add", "silu_mul")
-NORM_SQUARES = 1     # how the kernel sums x² for a folded norm: 1 from the MMA's x tiles, 2 from loads of its own
 MAX_ROWS = 32        # the kernel's row tile: the AR step's slot count
 
 
@@ -135,7 +134,8 @@ def _launch(x, w, epilogue, residual, norm_eps=None, t: Tiling | None = None):
     kern.skinny_gemm[(tiles, t.split)](
         x, w, out, res, part, count, m, n, x.stride(0), w.stride(0), out.stride(0), res.stride(0),
         norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split,
-        EPI=EPILOGUES.index(epilogue), NORM=NORM_SQUARES if norm else 0, STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps, launch_pdl=pdl(x.device))
+        EPI=EPILOGUES.index(epilogue), NORM=norm, STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps,
+        launch_pdl=pdl(x.device))
     return out
 
 
