@@ -318,23 +318,39 @@ def nar_inputs(model: YuE2, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return (model.vae2llm(x_pad) + te) + model.latent_pos_embed.pe[index]
 
 
-def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: float, cond_end: int = 0):
+def nar_kv_buffers(prefix_kv, end: int, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """Per layer, K and V buffers [1, KV, end + rows, D] whose first `end` keys are the prefix's: `velocity` writes
+    the NAR rows' keys and values after them on every call, so the prefix is copied once per chunk rather than
+    concatenated on every one of the ODE's evaluations."""
+    buffers = []
+    for k, v in prefix_kv:
+        kb = k.new_empty(1, k.shape[1], end + rows, k.shape[3])
+        vb = v.new_empty(1, v.shape[1], end + rows, v.shape[3])
+        kb[:, :, :end], vb[:, :, :end] = k[:, :, :end], v[:, :, :end]
+        buffers.append((kb, vb))
+    return buffers
+
+
+def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: float, cond_end: int = 0,
+             buffers=None, head=layer_head, tail=layer_tail):
     """The NAR velocity for latents x [n, latent] given a prefilled AR prefix (docs/model.md §3.2 step 3).
 
     `prefix_kv` holds each layer's prefix (k, v) [1, KV, L_a, D]; `cond_end` k > 0 lets the NAR rows see only the
     first k prefix keys (their RoPE positions still start at L_a = prefix_len). NAR rows attend non-causally to the
-    prefix keys and to each other.
+    prefix keys and to each other. `buffers` (from `nar_kv_buffers`, reused across calls) and `head`/`tail` (the
+    layer maths, possibly compiled) are the acoustic engine's speed choices; the maths is the same.
     """
     tau = timestep_tau(raw, x.dtype, model.cfg.timestep_shift, x.device)
     h = nar_inputs(model, x, tau)[None]
     positions = prefix_len + torch.arange(h.shape[1], device=x.device)
     cos, sin = rope_tables(positions, model.cfg, h.dtype)
     end = cond_end if cond_end > 0 else prefix_len
+    buffers = buffers or nar_kv_buffers(prefix_kv, end, h.shape[1])
     d = dims(model.cfg)
-    for w, (k_prefix, v_prefix) in zip(branch_weights(model, NAR), prefix_kv):
-        q, k, v = layer_head(h, w, cos, sin, d)
-        k, v = torch.cat([k_prefix[:, :, :end], k], dim=2), torch.cat([v_prefix[:, :, :end], v], dim=2)
-        h = layer_tail(h, attend(q, k, v), w, d)
+    for w, (kb, vb) in zip(branch_weights(model, NAR), buffers):
+        q, k, v = head(h, w, cos, sin, d)
+        kb[:, :, end:], vb[:, :, end:] = k, v
+        h = tail(h, attend(q, kb, vb), w, d)
     return model.llm2vae(model.model.norm(h[0]))[1:-1]
 
 

@@ -8,6 +8,7 @@ Knows nothing about Ray, files other than the one safetensors it is pointed at, 
 from __future__ import annotations
 
 import contextlib
+import functools
 import math
 from collections.abc import Iterator
 from pathlib import Path
@@ -141,8 +142,22 @@ def _check_supported(cfg: VaeConfig) -> None:
             raise ValueError(f"VaeConfig.{field}={got!r} is not supported (only {want!r}; docs/model.md §11.3)")
 
 
+def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
+    """y = x + (1 / (e^β + 1e-9)) · sin²(e^α · x), per channel. x [B, C, L]; log_alpha, log_beta [C]."""
+    alpha = log_alpha.exp()[None, :, None]
+    inv_beta = 1.0 / (log_beta.exp()[None, :, None] + 1e-9)   # reciprocal first, then multiply (§11.8)
+    return x + inv_beta * torch.sin(x * alpha).pow(2)
+
+
+@functools.cache
+def _fused_snake():
+    """On CUDA the snake runs as one compiled kernel (eager: six kernels and five full-size temporaries, ~28 % of an
+    H200 decode); dynamic shapes, so one compile serves every layer and tile."""
+    return torch.compile(snake, fullgraph=True, dynamic=True)
+
+
 class SnakeBeta(nn.Module):
-    """y = x + (1 / (e^β + 1e-9)) · sin²(e^α · x), per channel; α, β stored in log scale."""
+    """`snake` with α, β stored in log scale."""
 
     def __init__(self, channels: int):
         super().__init__()
@@ -150,9 +165,7 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:    # [B, C, L] → [B, C, L]
-        alpha = self.alpha.exp()[None, :, None]
-        inv_beta = 1.0 / (self.beta.exp()[None, :, None] + 1e-9)   # reciprocal first, then multiply (§11.8)
-        return x + inv_beta * torch.sin(x * alpha).pow(2)
+        return (_fused_snake() if x.is_cuda else snake)(x, self.alpha, self.beta)
 
 
 class ResidualUnit(nn.Module):
@@ -332,4 +345,7 @@ def decode_audio(decoder: OobleckDecoder, latents: np.ndarray | torch.Tensor, co
         thread_invariant_convs()
     with _tf32_disabled(), torch.inference_mode():
         y = decode_tiled(decoder, z, core, halo)               # [1, C, samples]
-    return y.clamp(-1, 1)[0].T.contiguous().cpu().numpy()
+        audio = y.clamp(-1, 1)[0].T.contiguous()
+        if audio.is_cuda:      # into page-locked memory: a pageable copy ran at ~1.7 GB/s (48 ms for a song)
+            audio = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=True).copy_(audio)
+        return audio.numpy()
