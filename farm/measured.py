@@ -41,7 +41,10 @@ def ar_figures(report: dict) -> dict[str, float]:
 
 
 def song_figures(report: dict) -> dict[str, float]:
-    return {"song_s": report["environment"]["total_seconds"]}
+    """The whole track, and the acoustic and decode stages alone (issue 9's `acoustic_s`, `decode_s`)."""
+    seconds = {r["stage"]: r["seconds"] for r in report["rows"]}
+    return {"song_s": report["environment"]["total_seconds"], "acoustic_s": seconds.get("acoustic"),
+            "decode_s": seconds.get("decode")}
 
 
 def album_figures(report: dict) -> dict[str, float]:
