@@ -17,19 +17,34 @@ from .bench import BENCH_STYLE, bench_lyrics, environment
 STAGE_UNITS = {"plan": "tokens", "semantic": "tokens", "acoustic": "frames", "decode": "frames"}
 
 
-def album_spec(n: int, plan_tokens: int, semantic_tokens: int, lyrics: str) -> str:
-    """An album of n identical-length tracks whose lengths are forced through the sampling overrides."""
-    head = (f'title = "Bench {n} x ({plan_tokens} + {semantic_tokens} tokens)"\n[defaults]\n'
-            f'style = "{BENCH_STYLE}"\ncot = "full"\nseed = 1\n'
-            f"[defaults.sampling.plan]\nmin_tokens = {plan_tokens}\nmax_tokens = {plan_tokens}\n"
-            f"[defaults.sampling.semantic]\nmin_tokens = {semantic_tokens}\nmax_tokens = {semantic_tokens}\n")
-    body = "".join(f'[[tracks]]\ntitle = "Bench {i:02d}"\nlyrics = """\n{lyrics}"""\n' for i in range(1, n + 1))
+# The mixed-length album: track i lasts MIXED_MINUTES[i % 12] minutes (a fixed list from 2.5 to 4.5, mean 3.5);
+# its plan and semantic lengths are the reference track's (3.58 min: 4,540 + 5,371 tokens) scaled by that ratio.
+MIXED_MINUTES = (2.5, 4.5, 3.0, 4.0, 3.5, 2.75, 4.25, 3.25, 3.75, 2.6, 4.4, 3.6)
+REFERENCE_MINUTES = 5371 / 25 / 60
+
+
+def track_lengths(n: int, plan_tokens: int, semantic_tokens: int, mixed: bool) -> list[tuple[int, int]]:
+    """(plan, semantic) tokens of each track: all the given lengths, or the mixed list scaled from them."""
+    if not mixed:
+        return [(plan_tokens, semantic_tokens)] * n
+    ratios = [MIXED_MINUTES[i % len(MIXED_MINUTES)] / REFERENCE_MINUTES for i in range(n)]
+    return [(max(1, round(plan_tokens * r)), max(1, round(semantic_tokens * r))) for r in ratios]
+
+
+def album_spec(lengths: list[tuple[int, int]], lyrics: str) -> str:
+    """An album with one track per (plan, semantic) pair, its lengths forced through the sampling overrides."""
+    head = (f'title = "Bench {len(lengths)} tracks"\n[defaults]\n'
+            f'style = "{BENCH_STYLE}"\ncot = "full"\nseed = 1\n')
+    body = "".join(f'[[tracks]]\ntitle = "Bench {i:02d}"\nlyrics = """\n{lyrics}"""\n'
+                   f"[tracks.sampling.plan]\nmin_tokens = {plan}\nmax_tokens = {plan}\n"
+                   f"[tracks.sampling.semantic]\nmin_tokens = {semantic}\nmax_tokens = {semantic}\n"
+                   for i, (plan, semantic) in enumerate(lengths, start=1))
     return head + body
 
 
 def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
                     pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
-                    cluster: Path | None = None) -> dict:
+                    cluster: Path | None = None, mixed: bool = False) -> dict:
     from stages.song import open_checkpoint
 
     from .driver import RenderOptions, render_album
@@ -42,7 +57,8 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     spec = work / "album.toml"
-    spec.write_text(album_spec(tracks, plan_tokens, semantic_tokens, bench_lyrics(ckpt.cfg.tokens)))
+    lengths = track_lengths(tracks, plan_tokens, semantic_tokens, mixed)
+    spec.write_text(album_spec(lengths, bench_lyrics(ckpt.cfg.tokens)))
     monitor = GpuMonitor([d.uuid for d in probe_nvml("local")], interval=0.5).start()
     started = time.time()
     result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
@@ -55,7 +71,8 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
 
     prompt = plan_prefix(SongRequest(BENCH_STYLE, bench_lyrics(ckpt.cfg.tokens)), ckpt.tokenizer, ckpt.cfg.tokens)
     report = {"environment": environment("cuda" if monitor.available else "cpu"),
-              "tracks": tracks, "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens,
+              "tracks": tracks, "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "mixed": mixed,
+              "lengths": lengths,
               "prompt_tokens": len(prompt),
               "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
               "failures": result.failures, "album_makespan_s": makespan, "render_wall_s": total,
@@ -123,9 +140,14 @@ def print_report(r: dict) -> None:
 
     console = Console(width=170)
     env = r["environment"]
-    title = (f"farm bench album — {r['tracks']} tracks, FORCED lengths plan {r['plan_tokens']} + semantic "
-             f"{r['semantic_tokens']} tokens (random weights); {env.get('gpu', env['device'])}, torch {env['torch']}, "
-             f"{env['date']}")
+    if r.get("mixed"):
+        semantic = [s for _, s in r["lengths"]]
+        lengths = (f"MIXED lengths, semantic {min(semantic)}–{max(semantic)} tokens "
+                   f"({sum(semantic)} in all; plan scaled alike)")
+    else:
+        lengths = f"FORCED lengths plan {r['plan_tokens']} + semantic {r['semantic_tokens']} tokens"
+    title = (f"farm bench album — {r['tracks']} tracks, {lengths} (random weights); {env.get('gpu', env['device'])}, "
+             f"torch {env['torch']}, {env['date']}")
     table = Table(title=title, title_justify="left")
     for col in ("stage", "calls", "units", "busy s", "span s", "rate (span)", "max batch", "cards"):
         table.add_column(col)

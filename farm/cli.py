@@ -329,6 +329,8 @@ def bench_album(
     tracks: Annotated[int, typer.Option(help="Tracks in the album.")] = 4,
     plan_tokens: Annotated[int, typer.Option(help="Forced plan length per track.")] = 4540,
     semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length per track.")] = 5371,
+    mixed: Annotated[bool, typer.Option(help="Mixed lengths: a fixed list of 2.5–4.5 min tracks, scaled from "
+                                             "the forced lengths (a 3.58 min track).")] = False,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD placement instead of the planner's.")] = None,
     sequential: Annotated[bool, typer.Option(help="Also time the sequential path on the same tracks.")] = True,
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
@@ -342,7 +344,7 @@ def bench_album(
 
     report = guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential,
-                     json_out=json_out, address=address, cluster=cluster)
+                     json_out=json_out, address=address, cluster=cluster, mixed=mixed)
     if summary:
         from .measured import album_figures, update_summary
 

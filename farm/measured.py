@@ -51,11 +51,12 @@ def album_figures(report: dict) -> dict[str, float]:
     """album<N>_<G>gpu_s: the makespan of N tracks on G cards; _ar_s: first plan start → last semantic end (the
     AR part); and the speed-up over the sequential path when it ran."""
     cards = len({c for s in report["stages"] for c in s["cards"]})
-    name = f"album{report['tracks']}_{cards}gpu"
+    name = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}_{cards}gpu"
     ar = [e for e in report["events"] if e["ok"] and e["stage"] in ("plan", "semantic")]
     out = {f"{name}_s": report["album_makespan_s"],
            f"{name}_ar_s": max(e["end"] for e in ar) - min(e["start"] for e in ar) if ar else None}
     if "sequential" in report:
-        speedup = f"album{report['tracks']}_speedup_vs_sequential" if cards == 1 else f"{name}_speedup_vs_sequential"
+        one = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}"
+        speedup = f"{one}_speedup_vs_sequential" if cards == 1 else f"{name}_speedup_vs_sequential"
         out[speedup] = report["sequential"]["wall_s"] / report["album_makespan_s"]
     return out

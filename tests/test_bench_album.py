@@ -1,0 +1,28 @@
+"""`farm bench album --mixed` on the tiny checkpoint and the session's Ray cluster: every track gets its own forced
+lengths, and the report's keys name the mixed album. (Timings mean nothing on the CPU.)"""
+from __future__ import annotations
+
+from farm.bench_album import run_album_bench, track_lengths
+from farm.measured import album_figures
+
+from .conftest import PROFILES
+
+
+def test_mixed_lengths_follow_the_fixed_list():
+    lengths = track_lengths(13, 4540, 5371, mixed=True)
+    assert lengths[0] == (round(4540 * 2.5 * 25 * 60 / 5371), 3750) and lengths[1][1] == 6750
+    assert lengths[12] == lengths[0] and len(set(lengths)) == 12           # the list of 12, then again
+    assert track_lengths(3, 10, 20, mixed=False) == [(10, 20)] * 3
+
+
+def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path):
+    report = run_album_bench(model=str(tiny_ckpt_dir), vae=None, tracks=3, plan_tokens=20, semantic_tokens=30,
+                             pins=(), sequential=False, json_out=tmp_path / "album.json",
+                             cluster=PROFILES / "ci.toml", mixed=True)
+    want = track_lengths(3, 20, 30, mixed=True)
+    assert not report["failures"] and report["lengths"] == want
+    for stage, index in (("plan", 0), ("semantic", 1)):
+        got = sorted(e["units"] for e in report["events"] if e["ok"] and e["stage"] == stage)
+        assert got == sorted(pair[index] for pair in want), stage
+    figures = album_figures(report)
+    assert any(k.startswith("album3_mixed_") and k.endswith("gpu_s") for k in figures), figures
