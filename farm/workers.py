@@ -5,6 +5,9 @@ stage share a card, the AR branch they both need is loaded once (the planner's m
 - plan + semantic run on one `AREngine` whose thread does continuous batching across every song handed to it (its
   KV pool sized by the plan and capped by the card's free memory);
 - acoustic and decode each run one song at a time on a thread of their own, beside the AR thread.
+On a real card each engine thread issues its work on a CUDA stream of its own, the AR stream at the highest
+priority: the AR step is bound by memory bandwidth and the acoustic stage by tensor throughput, so the card runs
+them side by side, and the AR thread's synchronisations wait for its own stream only (`stage_streams`).
 Every call persists its stage's artifacts before returning and returns a `StageEvent` saying where it ran. On a
 real card the actor sets CUDA_VISIBLE_DEVICES to that card's UUID before CUDA starts, and asks Ray for the card's
 own resource (`farm_gpu_<uuid>`), so placement is card by card even on hosts with mixed models.
@@ -12,6 +15,7 @@ own resource (`farm_gpu_<uuid>`), so placement is card by card even on hosts wit
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import os
 import socket
@@ -63,6 +67,15 @@ class WorkerSpec:
     name: str = ""
 
 
+def stage_streams(torch) -> dict:
+    """One CUDA stream per engine thread; AR's at the highest priority (a lower number is a higher priority; one
+    beyond the device's range is clamped to it), so the GPU's block scheduler starts its small step kernels ahead of
+    waiting acoustic and decode blocks. Priorities never pre-empt a running block: how much the AR step still
+    slows down beside the acoustic stage is for `farm bench album` on the card to say."""
+    return {"ar": torch.cuda.Stream(priority=-100), "acoustic": torch.cuda.Stream(priority=0),
+            "decode": torch.cuda.Stream(priority=0)}
+
+
 def actor_options(spec: WorkerSpec) -> dict:
     """The card's own resource, whole; restarts and retries on (every call is idempotent: keyed, atomic writes).
     No runtime_env: Ray's state API shows every actor's runtime_env to whoever can reach the cluster, so storage
@@ -104,7 +117,10 @@ class CardWorker:
         self.store = Store(spec.store_url)
         self.where = self._where()
         self.threads = {e: ThreadPoolExecutor(1, thread_name_prefix=e) for e in ("acoustic", "decode")}
+        self.streams = stage_streams(torch) if self.device == "cuda" else {}
         self._load(spec)
+        if self.device == "cuda":
+            torch.cuda.synchronize()       # the weights and graphs are ready before any stage stream uses them
 
     def _load(self, spec: WorkerSpec) -> None:
         """The engines this card hosts, sharing one model for the AR branch."""
@@ -225,7 +241,14 @@ class CardWorker:
             self.wake.notify()
         return await future
 
+    def _on_stream(self, engine: str):
+        return self.torch.cuda.stream(self.streams[engine]) if engine in self.streams else contextlib.nullcontext()
+
     def _ar_loop(self) -> None:
+        with self._on_stream("ar"):
+            self._ar_steps()
+
+    def _ar_steps(self) -> None:
         """The engine thread: admit what fits, step, hand finished results back to their awaiting calls."""
         pending: dict[tuple[str, str], asyncio.Future] = {}
         while True:
@@ -266,7 +289,8 @@ class CardWorker:
             semantic = trackstore.load_semantic(self.store, job.key)
         request = acoustic_request(self.ckpt, job.key, job.request, self._abc_ids(job, plan), semantic.codes,
                                    job.settings)
-        latents = self.acoustic.synthesize(request)
+        with self._on_stream("acoustic"):
+            latents = self.acoustic.synthesize(request)
         event = self._event(job, "acoustic", start, len(latents), 1.0, f"chunks={len(self.acoustic.check(request))}")
         return AcousticOutput(job.key, latents), self._persist(job, {artifacts.LATENTS: artifacts.npy_bytes(latents)},
                                                                event)
@@ -281,7 +305,8 @@ class CardWorker:
         if isinstance(acoustic, FromStore):
             acoustic = trackstore.load_latents(self.store, job.key)
         s = job.settings
-        audio = decode_audio(self.decoder, acoustic.latents, s.vae_core_frames, s.vae_halo_frames)
+        with self._on_stream("decode"):
+            audio = decode_audio(self.decoder, acoustic.latents, s.vae_core_frames, s.vae_halo_frames)
         flac = artifacts.flac_bytes(audio)
         tiles = -(-len(acoustic.latents) // s.vae_core_frames)
         event = self._event(job, "decode", start, len(acoustic.latents), 1.0, f"tiles={tiles}")

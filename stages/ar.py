@@ -400,5 +400,7 @@ def _uses_cfg(request: ARRequest) -> bool:
 
 
 def _sync(device: torch.device) -> None:
+    """Wait for this thread's stream only: a card's acoustic and decode stages may be busy on streams of their own
+    (farm/workers.py), and the AR step must not wait for them."""
     if device.type == "cuda":
-        torch.cuda.synchronize(device)
+        torch.cuda.current_stream(device).synchronize()
