@@ -13,6 +13,9 @@ import fsspec
 from fsspec.implementations.local import LocalFileSystem
 
 
+PREFLIGHT_TIMEOUT_S = 20.0     # the longest the write check waits for a store's first answer
+
+
 class Store:
     def __init__(self, url: str):
         self.url = str(url)
@@ -81,20 +84,40 @@ class Store:
                     gone += 1
         return gone
 
-    def check_writable(self, flag: str) -> None:
+    def check_writable(self, flag: str, timeout: float | None = None) -> None:
         """Write and remove a probe file, so a location that cannot take the songs fails now, in one line, and not
-        after the album has been computed. (A missing local folder is created: it is where the songs will go.)"""
+        after the album has been computed. (A missing local folder is created: it is where the songs will go.)
+        A store that does not answer within `timeout` seconds is refused too: a black-holed host would otherwise
+        keep the client retrying its connects for minutes (botocore: 60 s per attempt, several attempts)."""
+        import threading
+
         from .errors import UserError
 
         if self.local and os.path.exists(self.root) and not os.path.isdir(self.root):
             raise UserError(f"{flag} {self.url}: is a file, not a folder")
         probe = f".farm-write-check-{uuid.uuid4().hex}"
-        try:
-            self.write_bytes(probe, b"")
-            self.fs.rm_file(self.path(probe))
-        except Exception as exc:   # OSError locally; each object store raises its own kinds
+        timeout = PREFLIGHT_TIMEOUT_S if timeout is None else timeout
+        outcome: list = []
+
+        def write_and_remove() -> None:
+            try:
+                self.write_bytes(probe, b"")
+                self.fs.rm_file(self.path(probe))
+                outcome.append(None)
+            except Exception as exc:   # OSError locally; each object store raises its own kinds
+                outcome.append(exc)
+
+        # A daemon thread: a probe still hanging when we give up must not keep the process from exiting.
+        check = threading.Thread(target=write_and_remove, daemon=True, name="store-check")
+        check.start()
+        check.join(timeout)
+        if not outcome:
+            raise UserError(f"{flag} {self.url}: no answer from the store within {timeout:.0f} s (is the endpoint "
+                            f"reachable?)")
+        if outcome[0] is not None:
+            exc = outcome[0]
             reason = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-            raise UserError(f"{flag} {self.url}: cannot write there ({reason})") from None
+            raise UserError(f"{flag} {self.url}: cannot write there ({reason})")
 
 
 LOCK = ".farm-render.lock"

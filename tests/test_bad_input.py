@@ -258,6 +258,29 @@ def test_a_second_render_into_a_busy_folder_is_refused(world, no_work, tmp_path)
     assert sorted(p.name for p in out.iterdir()) == [".farm-render.lock"]
 
 
+def test_a_store_that_never_answers_is_refused_within_the_preflight_deadline(world, no_work, tmp_path,
+                                                                            monkeypatch):
+    """An S3 endpoint that takes the connection and then says nothing (a black hole): refused in one line once the
+    write check's deadline passes, not after botocore's minutes of retries."""
+    import time
+
+    import farm.store
+
+    hole = busy_port()                      # the kernel completes the handshake; nobody ever answers
+    host, port = hole.getsockname()
+    for key, value in {"AWS_ACCESS_KEY_ID": "x", "AWS_SECRET_ACCESS_KEY": "x", "AWS_DEFAULT_REGION": "us-east-1",
+                       "AWS_ENDPOINT_URL": f"http://{host}:{port}"}.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.setattr(farm.store, "PREFLIGHT_TIMEOUT_S", 2.0)
+    (world / "good.toml").write_text(GOOD)
+    started = time.monotonic()
+    result = run(["render", "{w}/good.toml", "--out", "s3://albums/x"], world, tmp_path / "none")
+    assert result.exit_code == 2, result.output
+    assert "--out s3://albums/x: no answer from the store within 2 s" in result.output, result.output
+    assert time.monotonic() - started < 30
+    hole.close()
+
+
 def test_a_bug_is_one_line_pointing_at_its_traceback_in_a_log(tmp_path):
     """Not a user's mistake: exit 1, one line on the terminal naming the error and the log file, which holds the
     whole traceback and the command line."""
