@@ -199,9 +199,8 @@ class Pipeline:
                 if ready:
                     self._collect(ready[0])
                     self._dispatch()
-                for slot, actor in self.workers.watch({w for _, _, w, _ in self.inflight.values()}):
-                    self.board.note(f"worker {slot} answered no ping for {self.workers.stall_seconds:.0f} s: "
-                                    f"stopping it; its tracks go again")
+                for slot, actor, why in self.workers.watch({w for _, _, w, _ in self.inflight.values()}):
+                    self.board.note(f"worker {slot} {why}: stopping it; its tracks go again")
                     ray.kill(actor, no_restart=True)
                 if self.view is not None:
                     self.view.tick()

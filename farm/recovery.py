@@ -4,14 +4,18 @@ Ray restarts a crashed worker actor itself (`max_restarts` in workers.actor_opti
 running. Past those restarts, or when its node is gone, every call in flight on it fails with a "worker lost"
 error (the actor died, or an object it made was lost with its node). Then the driver:
 - kills what is left of the actor (so its card's resource is free) and starts a fresh one from the same spec,
-  waiting up to `REPLACE_TIMEOUT_S` for it to load; a card whose worker was replaced `MAX_REPLACEMENTS` times, or
-  whose replacement does not come up (its node is gone), is retired: its dispatch slots take no more work, and its
-  stages go on on the album's other workers if there are any;
+  waiting up to `REPLACE_TIMEOUT_S` for it to load; a card whose worker was replaced `MAX_REPLACEMENTS` times,
+  whose node is gone (no alive Ray node offers its resource any more: retired at once, nothing is started), or
+  whose replacement does not come up, is retired: its dispatch slots take no more work, and its stages go on on the
+  album's other workers if there are any (a stage placed only on the lost card is not moved to another card yet:
+  its waiting tracks fail, and a rerun places it again);
 - puts each lost call's track back in its stage's queue, reading its earlier stages' outputs from the store (each
   stage's files are written before its call returns, and the ObjectRefs may have been lost with the worker); a
   track whose call was lost `MAX_ATTEMPTS` times fails (it may be what kills the worker).
 The watchdog pings every worker that has calls in flight; one that does not answer within `stall_seconds` (a hung
-process, a stopped one) is killed, and the rules above take over. Calls are idempotent (keyed, atomic writes), so
+process, a stopped one) is killed, and the rules above take over. It also looks, every PING_EVERY_S, for cards that
+no alive Ray node offers any more: a lost node's actors would otherwise wait in Ray's "restarting" state (their
+card's resource is gone) until the stall timeout; their calls are given up at once instead. Calls are idempotent (keyed, atomic writes), so
 running a stage again gives the same bytes.
 """
 from __future__ import annotations
@@ -32,6 +36,35 @@ def worker_lost(exc: BaseException) -> bool:
     return isinstance(exc, lost) or isinstance(getattr(exc, "cause", None), lost)
 
 
+def offered_resources() -> set[str]:
+    """The resources the alive Ray nodes offer (a lost node's cards are not among them)."""
+    import ray
+
+    return {r for node in ray.nodes() if node.get("Alive") for r in node.get("Resources", {})}
+
+
+def card_offered(resource: str) -> bool:
+    return resource in offered_resources()
+
+
+def _comes_up(actor, resource: str) -> bool:
+    """Wait for a fresh worker to answer, up to REPLACE_TIMEOUT_S, giving up early once no alive node offers its
+    card (Ray may declare a lost node dead only some seconds after the first call on it failed)."""
+    import ray
+
+    ping, deadline = actor.report.remote(), time.monotonic() + REPLACE_TIMEOUT_S
+    while time.monotonic() < deadline:
+        if ray.wait([ping], timeout=PING_EVERY_S)[0]:
+            try:
+                ray.get(ping)
+                return True
+            except Exception:
+                return False
+        if not card_offered(resource):
+            return False
+    return False
+
+
 class Workers:
     """The album's worker actors by dispatch slot, with what it takes to replace one."""
 
@@ -41,6 +74,8 @@ class Workers:
         self.replaced: dict[str, int] = {}            # card worker name → replacements so far
         self.retired: set[str] = set()                # dispatch slot ids that take no more work
         self.pings: dict[int, tuple[object | None, float]] = {}   # id(actor) → (ping ref or None: answered, sent)
+        self.lost_cards: set[str] = set()             # card resources no alive node offers (checked every ping)
+        self.nodes_checked = -PING_EVERY_S
 
     def __getitem__(self, slot: str):
         return self.slots[slot]
@@ -51,7 +86,7 @@ class Workers:
         worker was started now)."""
         import ray
 
-        if self.slots[slot] is not dead:
+        if slot in self.retired or self.slots[slot] is not dead:   # another of its calls got here first
             return [], False
         spec = self.specs[slot]
         mine = [s for s, a in self.slots.items() if a is dead]
@@ -60,11 +95,9 @@ class Workers:
         count = self.replaced.get(spec.name, 0) + 1
         self.replaced[spec.name] = count
         fresh = None
-        if count <= MAX_REPLACEMENTS:
+        if count <= MAX_REPLACEMENTS and card_offered(spec.card.resource):
             fresh = self.launch(spec)
-            try:
-                ray.get(fresh.report.remote(), timeout=REPLACE_TIMEOUT_S)
-            except Exception:        # its node is gone, or it cannot load: this card takes no more work
+            if not _comes_up(fresh, spec.card.resource):    # it cannot load, or its node is gone after all
                 ray.kill(fresh, no_restart=True)
                 fresh = None
         if fresh is None:
@@ -74,23 +107,31 @@ class Workers:
             self.slots[s] = fresh
         return [], True
 
-    def watch(self, busy: set[str]) -> list[tuple[str, object]]:
-        """Ping the actors of the busy slots every PING_EVERY_S; → (slot, actor) for each that has left a ping
-        unanswered for stall_seconds (the caller kills it, which turns its calls into lost ones)."""
+    def watch(self, busy: set[str]) -> list[tuple[str, object, str]]:
+        """Ping the actors of the busy slots every PING_EVERY_S; → (slot, actor, why) for each that has left a ping
+        unanswered for stall_seconds, or whose card's node is gone (the caller kills it, which turns its calls into
+        lost ones)."""
         import ray
 
         now = time.monotonic()
+        if now - self.nodes_checked >= PING_EVERY_S:
+            self.nodes_checked = now
+            self.lost_cards = {spec.card.resource for spec in self.specs.values()} - offered_resources()
         actors = {id(self.slots[s]): (s, self.slots[s]) for s in busy if s not in self.retired}
         self.pings = {key: ping for key, ping in self.pings.items() if key in actors}
         pending = [ref for ref, _ in self.pings.values() if ref is not None]
         answered = set(ray.wait(pending, num_returns=len(pending), timeout=0)[0]) if pending else set()
         stuck = []
         for key, (slot, actor) in actors.items():
+            if self.specs[slot].card.resource in self.lost_cards:
+                stuck.append((slot, actor, "lost its node"))
+                self.pings.pop(key, None)
+                continue
             ref, sent = self.pings.get(key, (None, -PING_EVERY_S))
             if ref is not None and ref in answered:
                 ref = None
             if ref is not None and now - sent > self.stall_seconds:
-                stuck.append((slot, actor))
+                stuck.append((slot, actor, f"answered no ping for {self.stall_seconds:.0f} s"))
                 self.pings.pop(key)
                 continue
             if ref is None and now - sent >= PING_EVERY_S:
