@@ -155,11 +155,17 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
             log.flush()
             view.close("stopped")
             raise
-        log.flush()
-        metrics_io.compact(store)
-        rows = manifest.write_album(store, album, jobs, failures, identity)
-        view.close()
-        write_report(store)
+        try:
+            log.flush(strict=True)
+            metrics_io.compact(store)
+            rows = manifest.write_album(store, album, jobs, failures, identity)
+            view.close()
+            write_report(store)
+        except OSError as exc:         # a full disk, most likely: what finished is kept, a rerun completes it
+            lost = "; ".join(f"{key}: {why}" for key, why in sorted(failures.items()))
+            raise UserError(f"{store.url}: could not write the album's own files ({exc.strerror or exc}); the "
+                            f"stages that finished are kept — make room and run the same command again to finish"
+                            + (f" (failed: {lost})" if lost else "")) from None
     finally:
         runtime.stop()
         if view is not None:

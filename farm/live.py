@@ -58,7 +58,10 @@ class LiveView:
             return
         self._last = time.time()
         live = self.live()
-        self.store.write_bytes(LIVE, (json.dumps(live, default=str) + "\n").encode())
+        try:
+            self.store.write_bytes(LIVE, (json.dumps(live, default=str) + "\n").encode())
+        except OSError:        # a full disk: the page is a view, the next tick tries again
+            pass
         if self.prometheus:
             self.prometheus.gauges(self.stats())
 

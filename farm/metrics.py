@@ -90,20 +90,34 @@ class EventLog:
     def add(self, event: StageEvent) -> None:
         self.events.append(event)
 
-    def flush(self) -> None:
+    def flush(self, strict: bool = False) -> None:
+        """Write the events not yet written as a part file. A store that cannot take it (a full disk) keeps them for
+        the next flush, unless `strict` (the render's last flush: then the error is the caller's to report). The
+        stage markers hold every event too, so a later run can rebuild what never reached the log."""
         fresh = self.events[self.flushed:]
         if not fresh:
             return
         folder = f"metrics/run={self.run_id}"
-        self.store.write_bytes(f"{folder}/part-{self.parts:05d}.parquet",
-                               parquet_bytes(events_table(self.run_id, fresh)))
+        try:
+            self.store.write_bytes(f"{folder}/part-{self.parts:05d}.parquet",
+                                   parquet_bytes(events_table(self.run_id, fresh)))
+        except OSError:
+            if strict:
+                raise
+            return
         self.flushed, self.parts = len(self.events), self.parts + 1
         if self.parts % COMPACT_EVERY == 0:
-            chunk = f"chunk-00000-{self.parts - 1:05d}.parquet"
+            self._compact(folder)
+
+    def _compact(self, folder: str) -> None:
+        chunk = f"chunk-00000-{self.parts - 1:05d}.parquet"
+        try:
             self.store.write_bytes(f"{folder}/{chunk}", parquet_bytes(events_table(self.run_id, self.events)))
-            for name in self.store.listdir(folder):      # what the new chunk covers, now that it is whole
-                if name != chunk and _covered(name, self.parts - 1):
-                    self.store.remove_tree(f"{folder}/{name}")
+        except OSError:            # no room for the chunk: the parts stay, and are read as they are
+            return
+        for name in self.store.listdir(folder):      # what the new chunk covers, now that it is whole
+            if name != chunk and _covered(name, self.parts - 1):
+                self.store.remove_tree(f"{folder}/{name}")
 
 
 def _part_index(name: str) -> int | None:
