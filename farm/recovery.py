@@ -15,8 +15,8 @@ error (the actor died, or an object it made was lost with its node). Then the dr
 The watchdog pings every worker that has calls in flight; one that does not answer within `stall_seconds` (a hung
 process, a stopped one) is killed, and the rules above take over. It also looks, every PING_EVERY_S, for cards that
 no alive Ray node offers any more: a lost node's actors would otherwise wait in Ray's "restarting" state (their
-card's resource is gone) until the stall timeout; their calls are given up at once instead. Calls are idempotent (keyed, atomic writes), so
-running a stage again gives the same bytes.
+card's resource is gone) until the stall timeout; their calls are given up at once instead. Calls are idempotent
+(keyed, atomic writes), so running a stage again gives the same bytes.
 """
 from __future__ import annotations
 
