@@ -13,8 +13,8 @@ the simulated makespans worse. The planner avoids slow shared lanes instead: see
 A track's next stage becomes ready when its current stage finishes (`finish`).
 Not responsible for: time, Ray, or how long anything takes. The simulator and the farm's Ray driver call the same
 functions: `new_state`, `start_at` (resume), `next_dispatch`, then `apply`, and `finish`, `fail` or `requeue` (the
-worker was lost; the track runs the stage again) per job, and `retire` for a worker whose card is gone; only those
-change the state, and callers should not edit it by hand.
+worker was lost; the track runs the stage again) per job, `retire` for a worker whose card is gone and `add_worker` for one that takes over its stage; only
+those change the state, and callers should not edit it by hand.
 """
 from __future__ import annotations
 
@@ -158,6 +158,15 @@ def retire(state: DispatchState, worker_id: str) -> None:
     state.retired.add(worker_id)
     free = state.free[state.workers[worker_id].stage]
     free[:] = [entry for entry in free if entry[1] != worker_id]
+
+
+def add_worker(state: DispatchState, worker: WorkerSlot) -> None:
+    """A worker slot joins a running album (a stage moved to a surviving card when its own card was lost)."""
+    if worker.id in state.workers:
+        raise ValueError(f"{worker.id} is already a worker")
+    state.workers[worker.id] = worker
+    state.running[worker.id] = set()
+    bisect.insort(state.free[worker.stage], (_load(worker, 0), worker.id))
 
 
 def can_run(state: DispatchState, stage: str) -> bool:

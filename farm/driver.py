@@ -304,6 +304,8 @@ class Pipeline:
         for slot in retired:
             dispatch.retire(self.state, slot)
             self.board.note(f"worker {slot} lost ({why}) and could not be replaced: it takes no more work")
+        for slot in retired:
+            self._move(self.state.workers[slot])
         if fresh:
             self.board.note(f"worker {worker_id} lost ({why}): a fresh worker took its place")
         attempts = self.attempts[(job.number, stage)] = self.attempts.get((job.number, stage), 0) + 1
@@ -314,6 +316,19 @@ class Pipeline:
         self.status[job.key] = "queued"
         self.board.note(f"{job.key}: {stage} goes again")
         return True
+
+    def _move(self, lost: dispatch.WorkerSlot) -> None:
+        """`lost` was retired; if its stage has no worker left, a surviving card takes it over (recovery.move)."""
+        if dispatch.can_run(self.state, lost.stage):
+            return
+        slot = self.workers.move(lost.stage, lost.id)
+        for retired in self.workers.retired - self.state.retired:   # the host's wider worker did not come up
+            dispatch.retire(self.state, retired)
+        if slot is None:
+            return
+        if slot not in self.state.workers:
+            dispatch.add_worker(self.state, replace(lost, id=slot, card=slot.split("@", 1)[1]))
+        self.board.note(f"{lost.stage}: its card was lost; {slot.split('@', 1)[1]} takes it over")
 
     def _strand(self) -> None:
         """Tracks still waiting when nothing runs: their stage has no worker left."""

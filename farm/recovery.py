@@ -7,8 +7,8 @@ error (the actor died, or an object it made was lost with its node). Then the dr
   waiting up to `REPLACE_TIMEOUT_S` for it to load; a card whose worker was replaced `MAX_REPLACEMENTS` times,
   whose node is gone (no alive Ray node offers its resource any more: retired at once, nothing is started), or
   whose replacement does not come up, is retired: its dispatch slots take no more work, and its stages go on on the
-  album's other workers if there are any (a stage placed only on the lost card is not moved to another card yet:
-  its waiting tracks fail, and a rerun places it again);
+  album's other workers; a stage that was placed only there moves to a surviving card (`move`: that card's worker
+  is restarted with the stage's engine added, and its running calls go again);
 - puts each lost call's track back in its stage's queue, reading its earlier stages' outputs from the store (each
   stage's files are written before its call returns, and the ObjectRefs may have been lost with the worker); a
   track whose call was lost `MAX_ATTEMPTS` times fails (it may be what kills the worker).
@@ -21,6 +21,7 @@ card's resource is gone) until the stall timeout; their calls are given up at on
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 
 MAX_REPLACEMENTS = 3     # fresh workers per card before the card is retired
 MAX_ATTEMPTS = 3         # lost calls per track and stage before the track fails
@@ -106,6 +107,39 @@ class Workers:
         for s in mine:
             self.slots[s] = fresh
         return [], True
+
+    def move(self, stage: str, lost: str) -> str | None:
+        """`stage` has no worker left (`lost` was its last slot). Give it to a surviving card: the card's worker, if
+        it already has the stage's engine, else a fresh worker for that card with the engine added (the old one is
+        stopped: its running calls come back as lost and go again) → the new dispatch slot's id, or None when no
+        card is left or the wider worker does not come up (the stage's tracks then fail as before)."""
+        import ray
+
+        from .workers import ENGINE
+
+        alive = [s for s in self.slots if s not in self.retired]
+        if not alive:
+            return None
+        host = alive[0]
+        actor, spec, gone = self.slots[host], self.specs[host], self.specs[lost]
+        slot = f"{stage}@{host.split('@', 1)[1]}"
+        if ENGINE[stage] not in spec.engines:
+            engines = spec.engines + (ENGINE[stage],)
+            wider = replace(spec, engines=engines, name=f"{'+'.join(engines)}@{host.split('@', 1)[1]}",
+                            **({"rows": gone.rows, "capacity": gone.capacity} if ENGINE[stage] == "ar" else {}))
+            mine = [s for s, a in self.slots.items() if a is actor]
+            self.pings.pop(id(actor), None)
+            ray.kill(actor, no_restart=True)
+            actor = self.launch(wider)
+            if not _comes_up(actor, wider.card.resource):
+                ray.kill(actor, no_restart=True)
+                self.retired.update(mine)
+                return None
+            for s in mine:
+                self.slots[s], self.specs[s] = actor, wider
+            spec = wider
+        self.slots[slot], self.specs[slot] = actor, spec
+        return slot
 
     def watch(self, busy: set[str]) -> list[tuple[str, object, str]]:
         """Ping the actors of the busy slots every PING_EVERY_S; → (slot, actor, why) for each that has left a ping

@@ -8,8 +8,8 @@ import pytest
 
 from cluster.calibration import Calibration
 
-from cluster.dispatch import (Assign, WorkerSlot, apply, can_run, fail, finish, new_state, next_dispatch, requeue,
-                              retire, start_at)
+from cluster.dispatch import (Assign, WorkerSlot, add_worker, apply, can_run, fail, finish, new_state, next_dispatch,
+                              requeue, retire, start_at)
 from cluster.gpus import device_from_spec, lookup
 from cluster.placement import plan
 from cluster.profiles import cpu_inventory, load_profile, profile_inventory
@@ -79,6 +79,10 @@ def test_a_lost_worker_requeues_its_tracks_and_a_retired_one_takes_no_more():
     assert not can_run(state, "plan") and next_dispatch(state) == []
     with pytest.raises(ValueError):
         requeue(state, "plan@b", 0)                                   # not running it any more
+    add_worker(state, WorkerSlot("plan@c", "plan", "c", 2, 1.0))     # the stage moved to a surviving card
+    assert can_run(state, "plan") and next_dispatch(state) == [Assign("plan@c", "plan", (0, 1))]
+    with pytest.raises(ValueError):
+        add_worker(state, WorkerSlot("plan@c", "plan", "c", 2, 1.0))
 
 
 def test_dispatch_rejects_impossible_actions():
