@@ -40,9 +40,11 @@ VAE_HALO_FRAMES = 16
 
 # Weight groups each stage loads (docs/model.md §8). The acoustic stage runs the AR branch for its per-chunk prefill and
 # the NAR branch for the ODE; its prefill keeps K/V only, so it never needs lm_head (0.70 GiB).
+# The AR decode step also keeps its own copies of q/k/v and gate/up with the RMSNorm weights folded in
+# (stages/ar.py `_step_weights`; 1.9 GB for yue2-3b in BF16): the "ar_step" group.
 WEIGHT_GROUPS = {
-    "plan": ("ar_layers", "embed", "lm_head"),
-    "semantic": ("ar_layers", "embed", "lm_head"),
+    "plan": ("ar_layers", "embed", "lm_head", "ar_step"),
+    "semantic": ("ar_layers", "embed", "lm_head", "ar_step"),
     "acoustic": ("ar_layers", "embed", "nar_layers", "nar_aux"),
     "decode": ("vae_decoder",),
 }
@@ -55,7 +57,9 @@ def group_bytes(model: ModelShape, group: str) -> float:
             "lm_head": model.embed_params * wb,
             "nar_layers": model.branch_params * wb,
             "nar_aux": (model.aux_params + model.pe_params) * wb,
-            "vae_decoder": model.vae_decoder_params * model.vae_bytes}[group]
+            "vae_decoder": model.vae_decoder_params * model.vae_bytes,
+            "ar_step": model.layers * model.hidden * ((model.heads + 2 * model.kv_heads) * model.head_dim
+                                                      + 2 * model.intermediate) * wb}[group]
 
 
 @dataclass(frozen=True)
