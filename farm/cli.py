@@ -287,6 +287,30 @@ def bench_song(
         typer.echo(guarded(calibrate_report, report, calibrate))
 
 
+@bench_app.command("acoustic")
+def bench_acoustic(
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    device: DeviceOpt = "auto",
+    prefix_tokens: Annotated[int, typer.Option(help="AR prefix of the chunk (reference track: 5000).")] = 5000,
+    frames: Annotated[int, typer.Option(help="Latent frames of the chunk (reference track: 5371).")] = 5371,
+    evals: Annotated[int, typer.Option(help="Timed velocity evaluations per path.")] = 4,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
+    = None,
+) -> None:
+    """One acoustic chunk: ms per velocity evaluation on the engine's and the plain path, share of the measured
+    matrix-multiply rate, and each path's latents against an FP32 run."""
+    from .bench_acoustic import run_acoustic_bench
+
+    report = guarded(run_acoustic_bench, model=model, vae=vae, device=device, prefix_tokens=prefix_tokens,
+                     frames=frames, evals=evals, json_out=json_out)
+    if summary:
+        from .measured import acoustic_figures, update_summary
+
+        update_summary(summary, acoustic_figures(report), report["environment"])
+
+
 @bench_app.command("ar")
 def bench_ar(
     model: ModelOpt = "tiny",

@@ -47,6 +47,11 @@ def song_figures(report: dict) -> dict[str, float]:
             "decode_s": seconds.get("decode")}
 
 
+def acoustic_figures(report: dict) -> dict[str, float]:
+    """The acoustic engine's time per velocity evaluation and its share of the measured matrix-multiply rate."""
+    return {"acoustic_eval_ms": report["eval_ms"]["engine"], "acoustic_mfu": report["mfu"]["engine"]}
+
+
 def album_figures(report: dict) -> dict[str, float]:
     """album<N>_<G>gpu_s: the makespan of N tracks on G cards; _ar_s: first plan start → last semantic end (the
     AR part); and the speed-up over the sequential path when it ran."""

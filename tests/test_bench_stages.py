@@ -1,0 +1,36 @@
+"""`farm bench song` and `farm bench acoustic` on the tiny checkpoint (CPU): their figures land in the summary's
+keys. (Timings mean nothing here; the H200 figures are in docs/benchmarks.md.)"""
+from __future__ import annotations
+
+import json
+
+from typer.testing import CliRunner
+
+from farm.cli import app
+
+
+def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
+    report, summary = tmp_path / "song.json", tmp_path / "summary.json"
+    r = CliRunner().invoke(app, ["bench", "song", "--model", str(tiny_ckpt_dir), "--device", "cpu",
+                                 "--plan-tokens", "24", "--semantic-tokens", "40", "--json", str(report),
+                                 "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    rows = {row["stage"]: row["seconds"] for row in json.loads(report.read_text())["rows"]}
+    keys = json.loads(summary.read_text())
+    assert keys["acoustic_s"]["value"] == round(rows["acoustic"], 4) > 0
+    assert keys["decode_s"]["value"] == round(rows["decode"], 4) > 0
+    assert keys["song_s"]["value"] == round(sum(rows.values()), 4)
+    assert keys["acoustic_s"]["date"] == keys["song_s"]["date"] and "gpu" in keys["decode_s"]
+
+
+def test_bench_acoustic_times_both_paths_and_writes_its_keys(tiny_ckpt_dir, tmp_path):
+    report, summary = tmp_path / "acoustic.json", tmp_path / "summary.json"
+    r = CliRunner().invoke(app, ["bench", "acoustic", "--model", str(tiny_ckpt_dir), "--device", "cpu",
+                                 "--evals", "1", "--json", str(report), "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    data, keys = json.loads(report.read_text()), json.loads(summary.read_text())
+    assert set(data["eval_ms"]) == {"engine", "plain"} and all(v > 0 for v in data["eval_ms"].values())
+    assert data["flop_per_eval"] > 0 and data["mfu"]["engine"] > 0
+    assert keys["acoustic_mfu"]["value"] == round(data["mfu"]["engine"], 4)
+    assert keys["acoustic_eval_ms"]["value"] == round(data["eval_ms"]["engine"], 4)
+    assert data["numerics"]["engine"]["mean_abs"] < 1e-5        # FP32 on the CPU: the same path as the FP32 run
