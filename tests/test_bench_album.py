@@ -2,6 +2,8 @@
 lengths, and the report's keys name the mixed album. (Timings mean nothing on the CPU.)"""
 from __future__ import annotations
 
+import pytest
+
 from farm.bench_album import run_album_bench, track_lengths
 from farm.measured import album_figures
 
@@ -15,6 +17,7 @@ def test_mixed_lengths_follow_the_fixed_list():
     assert track_lengths(3, 10, 20, mixed=False) == [(10, 20)] * 3
 
 
+@pytest.mark.slow
 def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path):
     report = run_album_bench(model=str(tiny_ckpt_dir), vae=None, tracks=3, plan_tokens=20, semantic_tokens=30,
                              pins=(), sequential=False, json_out=tmp_path / "album.json",

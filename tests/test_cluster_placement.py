@@ -134,6 +134,7 @@ def generated_cases():
                 yield combo, tracks
 
 
+@pytest.mark.slow      # every small cluster, searched exhaustively
 def test_planner_matches_exhaustive_search_on_every_small_cluster():
     """Every multiset of <= 4 cards from MODELS (4-card sets at one album size, to keep the test fast)."""
     checked = 0

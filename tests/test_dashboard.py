@@ -18,6 +18,8 @@ from farm.metrics import SCHEMA
 
 from .conftest import PROFILES, free_port
 
+pytestmark = pytest.mark.slow     # a render and a real browser
+
 CHROMIUM, DRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 
 

@@ -18,6 +18,8 @@ from farm.jobs import track_request, track_settings
 
 from .conftest import PROFILES, ROOT
 
+pytestmark = pytest.mark.slow     # full renders on the session's Ray cluster
+
 ALBUM = """
 title = "Farm Test"
 [defaults]

@@ -90,6 +90,7 @@ def tv(a, b):
     return 0.5 * (a - b).abs().sum().item()
 
 
+@pytest.mark.slow      # 10⁵ draws per phase
 @pytest.mark.parametrize("phase, s", [("plan", PLAN), ("semantic", SEMANTIC)])
 def test_draws_follow_the_reference_distribution(phase, s):
     """≥ 10⁵ draws each. Expected sampling noise is ~0.005–0.01 in total variation; a sampler 0.05 off in

@@ -13,6 +13,8 @@ from farm.driver import RenderOptions, render_album
 from .conftest import PROFILES
 from .test_farm import ALBUM, FILES
 
+pytestmark = pytest.mark.slow     # renders with killed and frozen workers
+
 
 def _card_workers() -> set[int]:
     """PIDs of this machine's farm worker processes (Ray titles them `ray::CardWorker…`)."""

@@ -15,6 +15,8 @@ import pytest
 
 from .conftest import ROOT
 
+pytestmark = pytest.mark.slow     # renders in a private mount namespace
+
 SCRIPT = textwrap.dedent("""
     import json, os, sys
     from pathlib import Path

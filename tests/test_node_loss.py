@@ -12,6 +12,8 @@ import pytest
 
 from .conftest import PROFILES, ROOT
 
+pytestmark = pytest.mark.slow     # a Ray cluster of its own, renders twice per layout
+
 SCRIPT = textwrap.dedent("""
     import json, sys, threading, time
     from pathlib import Path

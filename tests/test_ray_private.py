@@ -3,6 +3,8 @@ ray_current_cluster file names another (here a dead one, as a killed render leav
 for a token — a client without it is refused, one with it gets in (checked against the running render)."""
 from __future__ import annotations
 
+import pytest
+
 import os
 import shutil
 import subprocess
@@ -11,6 +13,8 @@ import tempfile
 from pathlib import Path
 
 from .conftest import ROOT
+
+pytestmark = pytest.mark.slow     # starts Ray clusters of its own
 
 ALBUM = '''title = "Private"
 model = "tiny"

@@ -8,6 +8,10 @@ import subprocess
 import sys
 import textwrap
 
+import pytest
+
+pytestmark = pytest.mark.slow     # Triton's interpreter in fresh processes
+
 SKINNY_GEMM = textwrap.dedent("""
     import torch
     from stages import skinny_gemm as sg
