@@ -33,7 +33,7 @@ def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_le
     qkv [R, (H + 2·KV)·D] (the raw q/k/v product); q_norm, k_norm [D]; cos, sin [R, D] (each row's position);
     pools [P, KV, page, D] (written in place); block_table [R, max_pages] int; seq_lens [R] → [R, H, D]."""
     kv, page, d = k_pool.shape[1], k_pool.shape[2], k_pool.shape[3]
-    rows, heads = qkv.shape[0], qkv.shape[1] // d - 2 * kv
+    heads = qkv.shape[1] // d - 2 * kv
     q, k_new, v_new = split_heads(qkv[:, None], Dims(heads, kv, d, eps))
     q, k_new = qk_norm_rope(q, k_new, q_norm, k_norm, cos[:, None], sin[:, None], eps)
     q, k_new, v_new = q[:, 0], k_new[:, 0], v_new[:, 0]
