@@ -32,6 +32,10 @@ class Calibration:
     acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (docs/model.md §6 FLOP count)
     decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak
     job_overhead_s: float = 0.05             # per stage job: actor call, artifact write (assumption)
+    # A card hosting AR and acoustic/decode runs them side by side (the AR step is bound by memory bandwidth, the
+    # others by tensor throughput; farm/workers.py gives each its CUDA stream). While both kinds are busy each runs
+    # this many times slower than alone; 1 would be perfect overlap, 2 no better than taking turns.
+    overlap_slowdown: float = 1.25
     # Per-stage AR overheads when measured (None: the [ar] values). The two AR stages sample differently (top-k 30
     # vs 100, other windows), so their per-step and per-track costs differ on the same engine.
     plan_step_overhead_s: float | None = None
@@ -56,6 +60,7 @@ _FIELDS = {  # TOML table.key -> Calibration field
     ("acoustic", "efficiency"): "acoustic_efficiency",
     ("decode", "efficiency"): "decode_efficiency",
     ("job", "overhead_s"): "job_overhead_s",
+    ("overlap", "slowdown"): "overlap_slowdown",
     ("plan", "step_overhead_s"): "plan_step_overhead_s",
     ("plan", "track_step_overhead_s"): "plan_track_step_overhead_s",
     ("semantic", "step_overhead_s"): "semantic_step_overhead_s",

@@ -7,6 +7,10 @@ rule over it. `next_dispatch` is a pure function of that state:
   (tracks it runs + 1) / speed, speed being the worker's planned tracks per second. A batch-1 stage thus takes the
   fastest free worker; AR workers (continuous batching: a track joins whenever a slot is free) share a burst of
   tracks in proportion to their speed instead of filling one batch to the brim while others idle.
+- an album may cap how many tracks are inside the AR stages at once (`ar_window`, from the plan): a track enters
+  its first AR stage only while fewer are in. With identical tracks and no cap every track reaches acoustic at the
+  same moment, after all the AR work; with a cap they arrive in small waves and a card's acoustic work runs beside
+  the AR work of the next wave (placement.py, `_ar_window`, says how the plan sizes it).
 Greedy on purpose: every free slot takes work while work is waiting. (A threshold rule that leaves slow workers idle
 near the end of an album was tried; without time it misjudges how soon a batched worker frees its slots, and made
 the simulated makespans worse. The planner avoids slow shared lanes instead: see estimate.py, stragglers.)
@@ -23,7 +27,7 @@ import heapq
 from dataclasses import dataclass, field
 from typing import Iterable
 
-from .workload import STAGES
+from .workload import AR_STAGES, STAGES
 
 MIN_SPEED = 1e-9   # a worker planned at share 0 still takes work when every other worker is full
 
@@ -54,6 +58,8 @@ class DispatchState:
     done: list[int] = field(default_factory=list)               # finished tracks, in finishing order
     failed: list[int] = field(default_factory=list)             # tracks a stage gave up on; they go no further
     retired: set[str] = field(default_factory=set)              # workers that take no more work
+    ar_window: int | None = None                                # most tracks inside the AR stages at once
+    in_ar: set[int] = field(default_factory=set)                # tracks admitted to the AR stages, not yet out
 
 
 def workers_from_plan(plan, min_share: float = 0.01) -> list[WorkerSlot]:
@@ -62,14 +68,17 @@ def workers_from_plan(plan, min_share: float = 0.01) -> list[WorkerSlot]:
             for w in plan.workers]
 
 
-def new_state(workers: Iterable[WorkerSlot], tracks: Iterable[int]) -> DispatchState:
-    """Every track ready for its first stage; every worker free."""
+def new_state(workers: Iterable[WorkerSlot], tracks: Iterable[int], ar_window: int | None = None) -> DispatchState:
+    """Every track ready for its first stage; every worker free; at most `ar_window` tracks in AR at once."""
+    if ar_window is not None and ar_window < 1:
+        raise ValueError(f"ar_window must be >= 1 or None, got {ar_window}")
     workers = {w.id: w for w in workers}
     free = {s: sorted((_load(w, 0), w.id) for w in workers.values() if w.stage == s) for s in STAGES}
     tracks = sorted(tracks)
     ready = {s: [] for s in STAGES}
     ready[STAGES[0]] = list(tracks)
-    return DispatchState(workers, ready, {w: set() for w in workers}, free, {t: 0 for t in tracks})
+    return DispatchState(workers, ready, {w: set() for w in workers}, free, {t: 0 for t in tracks},
+                         ar_window=ar_window)
 
 
 def next_dispatch(state: DispatchState) -> list[Assign]:
@@ -82,7 +91,12 @@ def next_dispatch(state: DispatchState) -> list[Assign]:
         picks: dict[str, list[int]] = {}
         bumped: list[tuple[float, str]] = []        # workers already picked in this call, at their new load
         i = 0                                       # next untouched entry of the sorted free list
+        room = _ar_room(state, actions) if stage in AR_STAGES else None
         for track in queue:
+            if room is not None and track not in state.in_ar:
+                if room <= 0:
+                    continue                        # the window is full: only tracks already in AR go on
+                room -= 1
             while i < len(free) and free[i][1] in picks:
                 i += 1                              # its current entry lives in `bumped`
             if bumped and (i >= len(free) or bumped[0] < free[i]):
@@ -112,6 +126,8 @@ def apply(state: DispatchState, actions: Iterable[Assign]) -> None:
         else:
             raise ValueError(f"tracks {sorted(taken - set(queue))} are not ready for {stage}")
     for a in actions:
+        if a.stage in AR_STAGES:
+            state.in_ar.update(a.tracks)
         k = len(a.tracks)
         worker, running = state.workers[a.worker], state.running[a.worker]
         if len(running) + k > worker.batch:
@@ -127,6 +143,8 @@ def finish(state: DispatchState, worker_id: str, track: int) -> str | None:
     _reload(state, worker, lambda: running.discard(track))
     nxt = state.stage_index[track] + 1
     state.stage_index[track] = nxt
+    if nxt == len(STAGES) or STAGES[nxt] not in AR_STAGES:
+        state.in_ar.discard(track)
     if nxt == len(STAGES):
         state.done.append(track)
         return None
@@ -140,6 +158,7 @@ def fail(state: DispatchState, worker_id: str, track: int) -> None:
     if track not in running:
         raise ValueError(f"{worker_id} is not running track {track}")
     _reload(state, worker, lambda: running.discard(track))
+    state.in_ar.discard(track)
     state.failed.append(track)
 
 
@@ -184,6 +203,14 @@ def start_at(state: DispatchState, track: int, stage: str) -> None:
     state.ready[STAGES[current]].remove(track)
     state.stage_index[track] = STAGES.index(stage)
     bisect.insort(state.ready[stage], track)
+
+
+def _ar_room(state: DispatchState, earlier: list[Assign]) -> int | None:
+    """How many more tracks may enter the AR stages now (None: no window), after `earlier` actions of this call."""
+    if state.ar_window is None:
+        return None
+    entering = {t for a in earlier if a.stage in AR_STAGES for t in a.tracks if t not in state.in_ar}
+    return state.ar_window - len(state.in_ar) - len(entering)
 
 
 def _load(worker: WorkerSlot, running: int) -> float:

@@ -11,9 +11,10 @@ Makespan T = the larger of two estimates, each tight where the other is loose:
       last_s = max(last_{s-1} + L_s, first_{s-1} + span_s);  first_s = first_{s-1} + L_s (one wave) or
       + max(L_s, W_s / F_s) (several: the bulk of the tracks arrives one mean cycle in)
 - resources, an LP: every stage must process N tracks (host card time y_cs at rate r_cs tracks per card-second);
-  a card has T seconds; and it can work on stage s only inside a window: not before the first track reaches s
-  (sum of L before s) nor after the last track must leave s for the later stages (sum of L after s):
-      min T  s.t.  sum_c r_cs y_cs >= N,  sum_s y_cs <= T,  y_cs <= T - w_s
+  a card has T seconds (where it hosts AR and acoustic/decode in one process the two kinds run side by side,
+  which gives it more: `_card_rows`); and it can work on stage s only inside a window: not before the first track
+  reaches s (sum of L before s) nor after the last track must leave s for the later stages (sum of L after s):
+      min T  s.t.  sum_c r_cs y_cs >= N,  sum_s y_cs <= T (weighted per kind: _card_rows),  y_cs <= T - w_s
   Solved as max theta = 1/T over shares u = y/T (all right-hand sides >= 0, so the origin is feasible).
 One track alone: sum of L_s. One shared card: about its total work. Dedicated cards: fill + N / rate + drain.
 The shares u are the plan's steady-state split of each card's time.
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 from .lp import maximize
 from .roles import CardClass
+from .workload import AR_STAGES
 
 Assignment = tuple[tuple[int, int, int], ...]   # sorted (class index, role index, card count), counts > 0
 
@@ -127,9 +129,10 @@ class Evaluator:
             a.append([-1.0 / roles[e].timing(s).card_seconds if st == s else 0.0 for e, st in columns]
                      + [float(self.tracks)])
             b.append(0.0)
-        for e, count in enumerate(counts):                         # sum_s u <= count
-            a.append([1.0 if col[0] == e else 0.0 for col in columns] + [0.0])
-            b.append(float(count))
+        for e, count in enumerate(counts):                         # sum_s u <= count (see _card_rows)
+            for weight in _card_rows(roles[e].overlap):
+                a.append([weight(col[1]) if col[0] == e else 0.0 for col in columns] + [0.0])
+                b.append(float(count))
         for j, (e, s) in enumerate(columns):                       # u + count w_s theta <= count
             row = [0.0] * n
             row[j], row[-1] = 1.0, counts[e] * window[s]
@@ -140,3 +143,15 @@ class Evaluator:
         for j, (e, s) in enumerate(columns):
             shares[e][roles[e].stages.index(s)] = u[j] / counts[e]
         return (1.0 / theta if theta > 0 else float("inf")), tuple(tuple(x) for x in shares)
+
+
+def _card_rows(overlap: float | None) -> list:
+    """A card's time constraints as weights per stage, each row's weighted shares summing to at most 1 (per card).
+    Stages that take turns: one row, every share at weight 1. AR beside acoustic/decode, each kind k times slower
+    while both run (1 <= k <= 2): the card may split its time between running both kinds (each at 1/k) and either
+    alone, so a kind's progress a (AR) and c (the others) lie in the hull of (1, 0), (0, 1) and (1/k, 1/k):
+    a + (k - 1) c <= 1 and (k - 1) a + c <= 1 (k = 2 is taking turns again, k = 1 two whole cards)."""
+    if not overlap:
+        return [lambda stage: 1.0]
+    rest = min(max(overlap, 1.0), 2.0) - 1.0
+    return [lambda stage: 1.0 if stage in AR_STAGES else rest, lambda stage: rest if stage in AR_STAGES else 1.0]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from collections import Counter
+from dataclasses import replace
 
 from .estimate import Assignment, Estimate, Evaluator
 from .gpus import GpuDevice
@@ -28,6 +29,9 @@ from .roles import CardClass, PlanOptions, build_classes, inventory_or_cpu, rela
 from .workload import AR_STAGES, STAGES, TrackShape, check_track
 
 MAKESPAN_STEP = math.log(1.005)  # makespans within the same 0.5 % step count as equal; then fewer workers win
+WINDOW_FRACTIONS = (1 / 6, 1 / 4, 1 / 3, 1 / 2, 2 / 3)   # AR windows tried, as fractions of the AR slots
+WINDOW_GAIN = 0.01               # a window must beat no window by this much in the simulator to be kept
+WINDOW_SIM_TRACKS = 256          # albums beyond this many tracks keep no window (one simulation per candidate)
 LOCAL_SEARCH_EVALUATIONS = 1500   # cap on one-card moves tried by the flow method (keeps 1,000 cards in seconds)
 
 
@@ -217,12 +221,38 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
     runnable = bool(p.stages) and not missing
     workers, cards = _place(p, assignment, est)
     bottleneck = max(p.stages, key=lambda s: est.load[s]) if runnable else None   # the stage using most card time
-    return Plan(len(p.tracks), sum(t.audio_seconds for t in p.tracks), p.options.model.name, method, tried,
+    plan = Plan(len(p.tracks), sum(t.audio_seconds for t in p.tracks), p.options.model.name, method, tried,
                 tuple(workers), tuple(cards), _stage_summaries(p, est, workers, apart), bottleneck,
                 est.makespan if runnable else None, est.throughput if runnable else 0.0,
                 sum(est.latency.values()) if runnable else None, missing, _refusals(p),
                 tuple(_reasons(p, est, workers, method, tried, note, apart)), p.options.reserve_gib,
                 p.options.shared_process)
+    return _ar_window(p, plan)
+
+
+def _ar_window(p: _Problem, plan: Plan) -> Plan:
+    """`plan` with the cap on tracks inside the AR stages (dispatch.py) that the simulator finds fastest for this
+    album, among a few fractions of the AR slots; no cap unless one wins by more than WINDOW_GAIN. A cap makes the
+    first tracks reach acoustic sooner, so acoustic runs beside the AR work instead of after all of it, but fewer
+    tracks share each AR step; which wins depends on the cards and the tracks, so it is measured, not guessed.
+    Skipped beyond WINDOW_SIM_TRACKS tracks (a simulation per candidate) and where the AR and later stages never
+    share a card (nothing to overlap)."""
+    from .simulate import SimOptions, simulate
+
+    overlap = any(len({s in AR_STAGES for s in c.stages}) == 2 for c in plan.cards)
+    if not plan.runnable or not overlap or plan.tracks > WINDOW_SIM_TRACKS:
+        return plan
+    slots = min(sum(w.batch for w in plan.workers if w.stage == s) for s in AR_STAGES)
+    windows = sorted({max(1, round(slots * f)) for f in WINDOW_FRACTIONS})
+    quiet = SimOptions(record_jobs=False)
+    uncapped = simulate(plan, p.devices, p.tracks, p.options, quiet).makespan_s
+    best, best_s = plan, uncapped * (1 - WINDOW_GAIN)
+    for window in (w for w in windows if w < min(slots, plan.tracks)):
+        trial = replace(plan, ar_window=window)
+        span = simulate(trial, p.devices, p.tracks, p.options, quiet).makespan_s
+        if span < best_s:
+            best, best_s = trial, span
+    return best
 
 
 def _place(p: _Problem, assignment: Assignment, est: Estimate) -> tuple[list[Worker], list[CardUse]]:

@@ -79,6 +79,7 @@ class Plan:
     reasons: tuple[str, ...]
     reserve_gib: float
     shared_process: bool
+    ar_window: int | None = None   # most tracks inside the AR stages at once (dispatch.py); None: no cap
 
     @property
     def runnable(self) -> bool:
@@ -103,7 +104,8 @@ class Plan:
                  f"method {self.method} ({self.assignments_tried} assignment(s) evaluated); makespan {span}"]
         if self.bottleneck:
             lines.append(f"bottleneck {self.bottleneck}; steady {self.throughput_tracks_s * 3600:,.1f} tracks/h; "
-                         f"one track alone {self.one_track_s:,.1f} s")
+                         f"one track alone {self.one_track_s:,.1f} s"
+                         + (f"; at most {self.ar_window} tracks in AR at once" if self.ar_window else ""))
         workers = [[w.stage, w.card, w.model, f"{w.share:.0%}", w.batch, w.decode_core, w.card_seconds,
                     w.latency_s, w.tracks_per_hour] for w in self.workers]
         cards = [[c.card, c.model, ",".join(c.stages) or "unused", c.memory_gib, c.budget_gib] for c in self.cards]

@@ -2,7 +2,9 @@
 
 Responsible for: time. A card is shared by its busy workers: evenly by default (a GPU time-slices between the
 engines that have work), or by planned share (`sharing="weighted"`); either way it never gives out more than its
-whole time. An AR worker batches continuously: every step advances each of its tracks by one token, a step costs
+whole time — except that a card hosting AR and acoustic/decode stages in one process runs the two kinds side by
+side (bandwidth-bound and compute-bound work on their own CUDA streams): each kind shares the whole card among its
+own busy workers, slowed by the calibration's overlap_slowdown while the other kind is busy too. An AR worker batches continuously: every step advances each of its tracks by one token, a step costs
 costs.step_seconds for the tracks in it, and a joining track's prefill stalls the batch. Acoustic and decode jobs
 take costs.job_seconds of card time. Reports makespan, per-stage and per-card use, queue lengths over time, and
 every job (the conservation tests read them). Not responsible for: decisions (dispatch.py) or figures (costs.py).
@@ -141,14 +143,16 @@ class _Worker:
 class _Card:
     """A card's busy workers share it; `version` invalidates its older entries in the event heap."""
 
-    def __init__(self, key, model):
-        self.key, self.model, self.workers = key, model, []
+    def __init__(self, key, model, overlap: float | None = None):
+        self.key, self.model, self.workers, self.overlap = key, model, [], overlap
         self.last, self.version, self.busy = 0.0, 0, 0.0
 
     def shares(self) -> dict:
         busy = [w for w in self.workers if w.jobs]
-        total = sum(w.weight for w in busy)
-        return {w: w.weight / total for w in busy}
+        kinds = [[w for w in busy if w.ar], [w for w in busy if not w.ar]] if self.overlap else [busy]
+        kinds = [kind for kind in kinds if kind]
+        slow = self.overlap if len(kinds) > 1 else 1.0
+        return {w: w.weight / sum(v.weight for v in kind) / slow for kind in kinds for w in kind}
 
     def advance(self, t: float) -> None:
         dt = t - self.last
@@ -194,7 +198,11 @@ class _Run:
             worker = _Worker(slot, _speed(devices[slot.card], slot.stage, options), weight, pw.decode_core or 1024)
             self.workers[slot.id] = worker
             self.cards.setdefault(slot.card, _Card(slot.card, pw.model)).workers.append(worker)
-        self.state = new_state(slots, range(len(workload)))
+        for card in self.cards.values():
+            kinds = {w.ar for w in card.workers}
+            if plan.shared_process and len(kinds) == 2 and not devices[card.key].is_cpu:
+                card.overlap = options.calibration_for(devices[card.key]).overlap_slowdown
+        self.state = new_state(slots, range(len(workload)), getattr(plan, "ar_window", None))
         self.heap: list = []
         self.seq = self.events = 0
         self.works: dict = {}

@@ -44,7 +44,7 @@ def album_spec(lengths: list[tuple[int, int]], lyrics: str) -> str:
 
 def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
                     pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
-                    cluster: Path | None = None, mixed: bool = False) -> dict:
+                    cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None) -> dict:
     from stages.song import open_checkpoint
 
     from .driver import RenderOptions, render_album
@@ -62,7 +62,8 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
     monitor = GpuMonitor([d.uuid for d in probe_nvml("local")], interval=0.5).start()
     started = time.time()
     result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
-                                              progress=False, address=address, cluster=cluster))
+                                              progress=False, address=address, cluster=cluster,
+                                              ar_window=ar_window))
     total = time.time() - started
     monitor.stop()
     ok = [e for e in result.events if e.ok]
@@ -76,6 +77,7 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
               "prompt_tokens": len(prompt),
               "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
               "failures": result.failures, "album_makespan_s": makespan, "render_wall_s": total,
+              "simulated_makespan_s": result.forecast_s, "ar_window": result.plan.ar_window,
               "stages": stage_rows(ok), "events": [vars_of(e) for e in result.events],
               "nvml_peak_bytes": {u: {str(p): b for p, b in procs.items()}
                                   for u, procs in monitor.peak_by_process().items()},
@@ -162,6 +164,10 @@ def print_report(r: dict) -> None:
         seq = r["sequential"]["wall_s"]
         line += f"\nsequential one-song path, same {r['tracks']} tracks, same run: {seq:.2f} s → farm speed-up " \
                 f"{seq / r['album_makespan_s']:.2f}x (makespan) / {seq / r['render_wall_s']:.2f}x (wall)"
+    if r.get("simulated_makespan_s"):
+        sim = r["simulated_makespan_s"]
+        line += (f"\nsimulator's forecast for this plan: {sim:.2f} s ({(sim / r['album_makespan_s'] - 1):+.1%} of the "
+                 f"measured makespan); AR window {r.get('ar_window') or 'none'}")
     console.print(line)
     pids = {w["pid"]: f"{w['worker']}" for w in r["workers"].values()}
     for uuid, procs in r["nvml_peak_bytes"].items():

@@ -140,6 +140,9 @@ def render(
     threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.", min=1)] = 1,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
                                                        "stage: your placement instead of the planner's.")] = None,
+    ar_window: Annotated[int | None, typer.Option(help="Most tracks inside the AR stages at once (0: no cap); "
+                                                       "default: the plan's, which staggers the tracks so the "
+                                                       "acoustic stage runs beside the AR work.", min=0)] = None,
     dashboard: Annotated[bool, typer.Option(help="Serve the live page while the album renders.")] = False,
     port: Annotated[int, typer.Option(help="Dashboard port (0: any free one).")] = 8365,
     host: Annotated[str, typer.Option(help="Dashboard address; 127.0.0.1 unless you mean to share it.")]
@@ -152,7 +155,7 @@ def render(
 
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
-                         stall_seconds=stall_timeout)
+                         stall_seconds=stall_timeout, ar_window=ar_window)
     result = interruptible(guarded, render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
@@ -357,6 +360,9 @@ def bench_album(
                                              "the forced lengths (a 3.58 min track).")] = False,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD placement instead of the planner's.")] = None,
     sequential: Annotated[bool, typer.Option(help="Also time the sequential path on the same tracks.")] = True,
+    ar_window: Annotated[int | None, typer.Option(help="Most tracks inside the AR stages at once (0: no cap); "
+                                                       "default: the plan's, which staggers the tracks so the "
+                                                       "acoustic stage runs beside the AR work.", min=0)] = None,
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
@@ -368,7 +374,7 @@ def bench_album(
 
     report = guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential,
-                     json_out=json_out, address=address, cluster=cluster, mixed=mixed)
+                     json_out=json_out, address=address, cluster=cluster, mixed=mixed, ar_window=ar_window)
     if summary:
         from .measured import album_figures, update_summary
 

@@ -46,6 +46,7 @@ class RenderOptions:
     dashboard: tuple[str, int] | None = None   # (host, port) of the live page; None: no page
     progress: bool | None = None          # None: a live table on a terminal, log lines otherwise
     stall_seconds: float = 600.0          # a busy worker that answers no ping for this long is replaced
+    ar_window: int | None = None          # most tracks in the AR stages at once; None: the plan's, 0: no cap
 
 
 @dataclass
@@ -58,6 +59,7 @@ class RenderResult:
     failures: dict[str, str]
     wall_seconds: float
     workers: dict[str, dict] = field(default_factory=dict)   # worker id → where it reported running
+    forecast_s: float | None = None    # the simulator's makespan for the plan, before the render started
 
 
 def prepare(album_path: Path, opts: RenderOptions):
@@ -133,7 +135,12 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
     view = None
     try:
         plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
+        if opts.ar_window is not None:
+            plan = replace(plan, ar_window=opts.ar_window or None)
         print(placement.describe(plan), flush=True)
+        predicted = placement.forecast(runtime, todo, ckpt, plan, opts.exact) if todo else None
+        if predicted is not None:
+            print(f"simulated makespan of this plan: {predicted:,.1f} s", flush=True)
         run_id = metrics_io.new_run_id()
         recovered = metrics_io.recover_events(store, run_id, done)
         if recovered:
@@ -170,7 +177,8 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         runtime.stop()
         if view is not None:
             view.stop_server()
-    return RenderResult(store.url, run_id, plan, log.events, rows, failures, time.time() - started, where)
+    return RenderResult(store.url, run_id, plan, log.events, rows, failures, time.time() - started, where,
+                        predicted)
 
 
 class Pipeline:
@@ -181,7 +189,7 @@ class Pipeline:
         self.jobs = {j.number: j for j in todo}
         self.todo, self.starts, self.workers, self.log = todo, starts, workers, log
         self.state = dispatch.new_state(dispatch.workers_from_plan(plan) if todo else [],
-                                        [j.number for j in todo])
+                                        [j.number for j in todo], plan.ar_window)
         for j in todo:
             if starts[j.key] or not j.request.has_plan_stage:
                 dispatch.start_at(self.state, j.number, j.stages[starts[j.key]])

@@ -20,6 +20,16 @@ def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, 
     (STAGE=CARD) replace the planner's choice with the user's."""
     if pins:
         return pinned_plan(runtime, jobs, pins, exact)
+    plan = make_plan(*planning_inputs(runtime, jobs, ckpt, exact))
+    if not plan.runnable:
+        from .errors import UserError
+
+        raise UserError(f"this cluster cannot run stage(s) {', '.join(plan.unrunnable)}:\n{plan.describe()}")
+    return plan
+
+
+def planning_inputs(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False):
+    """(cards, track shapes, options) the planner and the simulator see for this album on this runtime."""
     gpus = [d for d in runtime.inventory if not d.is_cpu]
     shape = ModelShape.yue2_3b() if gpus or ckpt.cfg.name == "yue2-3b" else ModelShape.tiny()
     tracks = [track_shape_of(job, ckpt, reference=shape.name != ckpt.cfg.name) for job in jobs]
@@ -29,12 +39,17 @@ def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, 
     options = options_for(runtime.profile, model=shape, max_batch=batch,
                           **({} if runtime.profile else {"cpu_threads": max(
                               (d.sm_count for d in runtime.inventory if d.is_cpu), default=2)}))
-    plan = make_plan(gpus or runtime.inventory, tracks, options)
-    if not plan.runnable:
-        from .errors import UserError
+    return gpus or runtime.inventory, tracks, options
 
-        raise UserError(f"this cluster cannot run stage(s) {', '.join(plan.unrunnable)}:\n{plan.describe()}")
-    return plan
+
+def forecast(runtime: Runtime, jobs: list[TrackJob], ckpt, plan, exact: bool = False) -> float | None:
+    """The simulator's makespan for `plan` on these tracks (seconds), or None for a pinned plan."""
+    if plan.method == "pinned":
+        return None
+    from cluster.simulate import SimOptions, simulate
+
+    cards, tracks, options = planning_inputs(runtime, jobs, ckpt, exact)
+    return simulate(plan, cards, tracks, options, SimOptions(record_jobs=False)).makespan_s
 
 
 def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], exact: bool):

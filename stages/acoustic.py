@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from .compiled import compiled
 from .config import TokenLayout
 from .protocol import ProtocolError, chunk_ranges
 from .transformer import BranchWeights, YuE2, ar_prefill, layer_head, layer_tail, nar_kv_buffers, velocity
@@ -70,6 +71,11 @@ class AcousticEngine:
         self.head, self.tail = layer_head, layer_tail
         if self.device.type == "cuda":
             self.head, self.tail = _compiled_layer()
+            self._warm_up()
+
+    def _warm_up(self) -> None:
+        """Compile the layer now, on a small chunk, rather than inside the first song's call."""
+        self.solve_chunk([self.layout.music_start] * 24, torch.zeros(6, self.cfg.latent_dim), steps=1)
 
     def check(self, request: AcousticRequest) -> list[tuple[int, int]]:
         codes = np.asarray(request.codes)
@@ -122,8 +128,8 @@ def _compiled_layer():
     """layer_head / layer_tail compiled once per process over explicit tensors (a dataclass argument would make
     torch.compile specialise on each layer's weights), with the chunk length dynamic."""
     if not _COMPILED:
-        head = torch.compile(_nar_head, fullgraph=True, dynamic=True)
-        tail = torch.compile(_nar_tail, fullgraph=True, dynamic=True)
+        head = compiled(_nar_head, fullgraph=True, dynamic=True)
+        tail = compiled(_nar_tail, fullgraph=True, dynamic=True)
         _COMPILED.extend([
             lambda h, w, cos, sin, d: head(h, w.in_norm, w.qkv, w.q_norm, w.k_norm, cos, sin, d),
             lambda h, attn, w, d: tail(h, attn, w.o, w.post_norm, w.gate_up, w.down, d)])

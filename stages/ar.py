@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from . import fast_sampling, sampling, skinny_gemm
+from .compiled import compiled
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
@@ -391,7 +392,7 @@ def _compiled(fn):
         from torch._inductor import config as inductor
 
         options = {"triton.enable_pdl": True} if hasattr(inductor.triton, "enable_pdl") else {}
-        _COMPILED[fn] = torch.compile(fn, fullgraph=True, dynamic=False, options=options)
+        _COMPILED[fn] = compiled(fn, fullgraph=True, dynamic=False, options=options)
     return _COMPILED[fn]
 
 

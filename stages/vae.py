@@ -18,6 +18,7 @@ import torch
 from torch import nn
 
 from .checkpoint import check_layout, load_tensors
+from .compiled import compiled
 from .config import VaeConfig
 
 Shape = tuple[int, ...]
@@ -153,7 +154,7 @@ def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> t
 def _fused_snake():
     """On CUDA the snake runs as one compiled kernel (eager: six kernels and five full-size temporaries, ~28 % of an
     H200 decode); dynamic shapes, so one compile serves every layer and tile."""
-    return torch.compile(snake, fullgraph=True, dynamic=True)
+    return compiled(snake, fullgraph=True, dynamic=True)
 
 
 class SnakeBeta(nn.Module):
@@ -165,7 +166,11 @@ class SnakeBeta(nn.Module):
         self.beta = nn.Parameter(torch.zeros(channels))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:    # [B, C, L] → [B, C, L]
-        return (_fused_snake() if x.is_cuda else snake)(x, self.alpha, self.beta)
+        if not x.is_cuda:
+            return snake(x, self.alpha, self.beta)
+        # Detached: torch.compile holds a parameter's shape static, which would pin the channel count and compile
+        # once per decoder width; plain tensors keep every dimension dynamic.
+        return _fused_snake()(x, self.alpha.detach(), self.beta.detach())
 
 
 class ResidualUnit(nn.Module):
@@ -250,7 +255,11 @@ def load_decoder(vae_dir: str | Path, cfg: VaeConfig, device: str | torch.device
     path, names = check_decoder_file(vae_dir, cfg)
     raw = load_tensors(path, names, dtype=torch.float32, device=device)
     decoder.load_state_dict(_fold(raw), strict=True, assign=True)
-    return decoder.eval().requires_grad_(False)
+    decoder.eval().requires_grad_(False)
+    if decoder.layers[0].weight.is_cuda:     # compile the fused snake now, not inside the first song's decode
+        with torch.inference_mode():
+            decoder(torch.zeros(1, cfg.latent_dim, 4, device=decoder.layers[0].weight.device))
+    return decoder
 
 
 # ----------------------------------------------------------------------------------------------------------------
