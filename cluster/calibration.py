@@ -32,10 +32,12 @@ class Calibration:
     acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (docs/model.md §6 FLOP count)
     decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak
     job_overhead_s: float = 0.05             # per stage job: actor call, artifact write (assumption)
-    # A card hosting AR and acoustic/decode runs them side by side (the AR step is bound by memory bandwidth, the
-    # others by tensor throughput; farm/workers.py gives each its CUDA stream). While both kinds are busy each runs
-    # this many times slower than alone; 1 would be perfect overlap, 2 no better than taking turns.
-    overlap_slowdown: float = 1.25
+    # A card hosting AR and acoustic/decode in one process runs them side by side, each engine on its own CUDA
+    # stream (farm/workers.py). While both kinds are busy, AR runs this many times slower than alone, and acoustic /
+    # decode that many. Measured on an H200 (docs/benchmarks.md, co-run): the acoustic stage's large GEMM and
+    # attention blocks hold the SMs and the AR step's small kernels wait for them, stream priority or not.
+    overlap_ar_slowdown: float = 5.0
+    overlap_other_slowdown: float = 1.08
     # Per-stage AR overheads when measured (None: the [ar] values). The two AR stages sample differently (top-k 30
     # vs 100, other windows), so their per-step and per-track costs differ on the same engine.
     plan_step_overhead_s: float | None = None
@@ -43,6 +45,11 @@ class Calibration:
     semantic_step_overhead_s: float | None = None
     semantic_track_step_overhead_s: float | None = None
     measured: dict = field(default_factory=dict, compare=False)   # provenance of fitted values
+
+    @property
+    def overlap(self) -> tuple[float, float]:
+        """(AR, acoustic/decode) slowdowns while both kinds run on one card; each at least 1."""
+        return max(1.0, self.overlap_ar_slowdown), max(1.0, self.overlap_other_slowdown)
 
     def ar_overheads(self, stage: str) -> tuple[float, float]:
         """(per step, per track per step) overhead of an AR stage."""
@@ -60,7 +67,8 @@ _FIELDS = {  # TOML table.key -> Calibration field
     ("acoustic", "efficiency"): "acoustic_efficiency",
     ("decode", "efficiency"): "decode_efficiency",
     ("job", "overhead_s"): "job_overhead_s",
-    ("overlap", "slowdown"): "overlap_slowdown",
+    ("overlap", "ar_slowdown"): "overlap_ar_slowdown",
+    ("overlap", "other_slowdown"): "overlap_other_slowdown",
     ("plan", "step_overhead_s"): "plan_step_overhead_s",
     ("plan", "track_step_overhead_s"): "plan_track_step_overhead_s",
     ("semantic", "step_overhead_s"): "semantic_step_overhead_s",

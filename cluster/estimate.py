@@ -145,13 +145,15 @@ class Evaluator:
         return (1.0 / theta if theta > 0 else float("inf")), tuple(tuple(x) for x in shares)
 
 
-def _card_rows(overlap: float | None) -> list:
+def _card_rows(overlap: tuple[float, float] | None) -> list:
     """A card's time constraints as weights per stage, each row's weighted shares summing to at most 1 (per card).
-    Stages that take turns: one row, every share at weight 1. AR beside acoustic/decode, each kind k times slower
-    while both run (1 <= k <= 2): the card may split its time between running both kinds (each at 1/k) and either
-    alone, so a kind's progress a (AR) and c (the others) lie in the hull of (1, 0), (0, 1) and (1/k, 1/k):
-    a + (k - 1) c <= 1 and (k - 1) a + c <= 1 (k = 2 is taking turns again, k = 1 two whole cards)."""
-    if not overlap:
+    Stages that take turns: one row, every share at weight 1. AR beside acoustic/decode, (ka, kc) times slower
+    while both run: the card splits its time between running both kinds (at p = 1/ka and q = 1/kc of their speed)
+    and either alone, so the progress a (AR) and c (the others) lie in the hull of (1, 0), (0, 1) and (p, q):
+    a + c (1 - p) / q <= 1 and a (1 - q) / p + c <= 1. Where p + q <= 1 running both at once gains nothing and
+    the one turns row stands."""
+    if not overlap or 1.0 / overlap[0] + 1.0 / overlap[1] <= 1.0:
         return [lambda stage: 1.0]
-    rest = min(max(overlap, 1.0), 2.0) - 1.0
-    return [lambda stage: 1.0 if stage in AR_STAGES else rest, lambda stage: rest if stage in AR_STAGES else 1.0]
+    p, q = 1.0 / overlap[0], 1.0 / overlap[1]
+    return [lambda stage: 1.0 if stage in AR_STAGES else (1 - p) / q,
+            lambda stage: (1 - q) / p if stage in AR_STAGES else 1.0]

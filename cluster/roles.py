@@ -51,9 +51,9 @@ class RoleConfig:
     batches: tuple[int, ...]
     memory: MemoryNeed
     timings: tuple[StageTiming, ...]
-    # None: the hosted stages take turns on the card. A number: the card hosts AR and acoustic/decode in one process,
-    # which run side by side, each kind this many times slower than alone while both are busy (Calibration).
-    overlap: float | None = None
+    # None: the hosted stages take turns on the card. Else the card hosts AR and acoustic/decode in one process,
+    # which run side by side: (AR, others) times slower than alone while both are busy (Calibration.overlap).
+    overlap: tuple[float, float] | None = None
 
     def timing(self, stage: str) -> StageTiming:
         return self.timings[self.stages.index(stage)]
@@ -166,7 +166,7 @@ def _configure(cls: CardClass, stages: tuple[str, ...], facts: WorkloadFacts, op
     both = any(s in AR_STAGES for s in stages) and any(s not in AR_STAGES for s in stages)
     # GPU streams only: on the CPU pseudo-card the engines' threads compete for the same cores.
     side_by_side = both and options.shared_process and not cls.device.is_cpu
-    overlap = options.calibration_for(cls.device).overlap_slowdown if side_by_side else None
+    overlap = options.calibration_for(cls.device).overlap if side_by_side else None
     return RoleConfig(stages, tuple(batches[s] for s in stages), memory, timings, overlap)
 
 

@@ -4,7 +4,7 @@ Responsible for: time. A card is shared by its busy workers: evenly by default (
 engines that have work), or by planned share (`sharing="weighted"`); either way it never gives out more than its
 whole time — except that a card hosting AR and acoustic/decode stages in one process runs the two kinds side by
 side (bandwidth-bound and compute-bound work on their own CUDA streams): each kind shares the whole card among its
-own busy workers, slowed by the calibration's overlap_slowdown while the other kind is busy too. An AR worker batches continuously: every step advances each of its tracks by one token, a step costs
+own busy workers, slowed by the calibration's overlap factors while the other kind is busy too. An AR worker batches continuously: every step advances each of its tracks by one token, a step costs
 costs.step_seconds for the tracks in it, and a joining track's prefill stalls the batch. Acoustic and decode jobs
 take costs.job_seconds of card time. Reports makespan, per-stage and per-card use, queue lengths over time, and
 every job (the conservation tests read them). Not responsible for: decisions (dispatch.py) or figures (costs.py).
@@ -149,10 +149,14 @@ class _Card:
 
     def shares(self) -> dict:
         busy = [w for w in self.workers if w.jobs]
-        kinds = [[w for w in busy if w.ar], [w for w in busy if not w.ar]] if self.overlap else [busy]
-        kinds = [kind for kind in kinds if kind]
-        slow = self.overlap if len(kinds) > 1 else 1.0
-        return {w: w.weight / sum(v.weight for v in kind) / slow for kind in kinds for w in kind}
+        if not self.overlap:
+            total = sum(w.weight for w in busy)
+            return {w: w.weight / total for w in busy}
+        kinds = [(kind, slow) for kind, slow in zip(([w for w in busy if w.ar], [w for w in busy if not w.ar]),
+                                                    self.overlap) if kind]
+        both = len(kinds) == 2
+        return {w: w.weight / sum(v.weight for v in kind) / (slow if both else 1.0) for kind, slow in kinds
+                for w in kind}
 
     def advance(self, t: float) -> None:
         dt = t - self.last
@@ -201,7 +205,7 @@ class _Run:
         for card in self.cards.values():
             kinds = {w.ar for w in card.workers}
             if plan.shared_process and len(kinds) == 2 and not devices[card.key].is_cpu:
-                card.overlap = options.calibration_for(devices[card.key]).overlap_slowdown
+                card.overlap = options.calibration_for(devices[card.key]).overlap
         self.state = new_state(slots, range(len(workload)), getattr(plan, "ar_window", None))
         self.heap: list = []
         self.seq = self.events = 0

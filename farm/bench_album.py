@@ -44,7 +44,8 @@ def album_spec(lengths: list[tuple[int, int]], lyrics: str) -> str:
 
 def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
                     pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
-                    cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None) -> dict:
+                    cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None,
+                    gantt: Path | None = None) -> dict:
     from stages.song import open_checkpoint
 
     from .driver import RenderOptions, render_album
@@ -87,7 +88,18 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
     print_report(report)
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    if gantt:
+        write_gantt(report, gantt)
     return report
+
+
+def write_gantt(report: dict, path: Path) -> None:
+    """The album report's Gantt chart (one bar per track and stage) of a bench run, as a PNG."""
+    from .aggregate import album_stats
+    from .report import gantt_png
+
+    stats = album_stats([e for e in report["events"] if e["ok"]])
+    Path(path).write_bytes(gantt_png(stats))
 
 
 def vars_of(obj) -> dict:

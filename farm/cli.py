@@ -366,6 +366,7 @@ def bench_album(
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    gantt: Annotated[Path | None, typer.Option(help="Also write the album's Gantt chart (PNG) here.")] = None,
     summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
     = None,
 ) -> None:
@@ -374,7 +375,8 @@ def bench_album(
 
     report = guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential,
-                     json_out=json_out, address=address, cluster=cluster, mixed=mixed, ar_window=ar_window)
+                     json_out=json_out, address=address, cluster=cluster, mixed=mixed, ar_window=ar_window,
+                     gantt=gantt)
     if summary:
         from .measured import album_figures, update_summary
 

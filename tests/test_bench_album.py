@@ -21,11 +21,16 @@ def test_mixed_lengths_follow_the_fixed_list():
 def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path):
     report = run_album_bench(model=str(tiny_ckpt_dir), vae=None, tracks=3, plan_tokens=20, semantic_tokens=30,
                              pins=(), sequential=False, json_out=tmp_path / "album.json",
-                             cluster=PROFILES / "ci.toml", mixed=True)
+                             cluster=PROFILES / "ci.toml", mixed=True, ar_window=2, gantt=tmp_path / "gantt.png")
     want = track_lengths(3, 20, 30, mixed=True)
     assert not report["failures"] and report["lengths"] == want
     for stage, index in (("plan", 0), ("semantic", 1)):
         got = sorted(e["units"] for e in report["events"] if e["ok"] and e["stage"] == stage)
         assert got == sorted(pair[index] for pair in want), stage
+    assert report["ar_window"] == 2 and report["simulated_makespan_s"] > 0
+    entered = sorted(e["start"] for e in report["events"] if e["stage"] == "plan")
+    left = sorted(e["end"] for e in report["events"] if e["stage"] == "semantic")
+    assert entered[2] >= left[0] - 1e-3                  # the third track entered AR only after one had left it
+    assert (tmp_path / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     figures = album_figures(report)
     assert any(k.startswith("album3_mixed_") and k.endswith("gpu_s") for k in figures), figures

@@ -9,6 +9,7 @@ import pytest
 
 from cluster.costs import card_speed
 from cluster.gpus import GpuDevice, device_from_spec, lookup
+from cluster.estimate import _card_rows
 from cluster.lp import maximize
 from cluster.placement import exhaustive_plan, plan
 from cluster.profiles import cpu_inventory, load_profile, profile_inventory
@@ -40,10 +41,10 @@ def check_invariants(p, inventory, opts):
         mine = [w for w in p.workers if w.card == key]
         kinds = {w.stage in AR_STAGES for w in mine}
         if p.shared_process and len(kinds) == 2 and not devices[key].is_cpu:   # AR beside acoustic/decode
-            rest = opts.calibration_for(devices[key]).overlap_slowdown - 1
             ar = sum(w.share for w in mine if w.stage in AR_STAGES)
             other = sum(w.share for w in mine if w.stage not in AR_STAGES)
-            assert ar + rest * other <= 1 + 1e-9 and rest * ar + other <= 1 + 1e-9
+            for row in _card_rows(opts.calibration_for(devices[key]).overlap):
+                assert ar * row("plan") + other * row("acoustic") <= 1 + 1e-9
         else:
             assert sum(w.share for w in mine) <= 1 + 1e-9
     assert all(w.batch <= opts.max_batch for w in p.workers)
@@ -77,7 +78,7 @@ def test_lone_laptop_runs_decode_and_says_why_not_the_rest():
 
 
 def test_home_lab_places_each_stage_on_the_card_that_suits_it():
-    turns = dataclasses.replace(PlanOptions().calibration, overlap_slowdown=2.0)   # no gain from running side by side
+    turns = dataclasses.replace(PlanOptions().calibration, overlap_ar_slowdown=2.0, overlap_other_slowdown=2.0)   # no gain from running side by side
     p, inventory, opts = profile_plan("home-lab", 24, calibration=turns)
     assert p.runnable and p.makespan_s > p.one_track_s > 0
     assert "laptop/0" in p.cards_for("decode")                       # the small card decodes
@@ -90,8 +91,17 @@ def test_home_lab_places_each_stage_on_the_card_that_suits_it():
     check_invariants(p, inventory, opts)
 
 
+def test_overlap_rows_are_the_hull_of_turns_and_running_both():
+    assert [row("plan") for row in _card_rows(None)] == [1.0]
+    assert len(_card_rows((2.0, 2.0))) == 1 and len(_card_rows((5.0, 1.3))) == 1   # p + q <= 1: taking turns
+    rows = _card_rows((5.0, 1.08))
+    for a, c in ((1, 0), (0, 1), (1 / 5.0, 1 / 1.08)):             # the hull's corners are feasible ...
+        assert all(a * r("semantic") + c * r("decode") <= 1 + 1e-12 for r in rows)
+    assert any(0.3 * r("plan") + 0.9 * r("acoustic") > 1 for r in rows)   # ... beyond them is not
+
+
 def test_one_node_with_two_models_uses_both_cards():
-    turns = dataclasses.replace(PlanOptions().calibration, overlap_slowdown=2.0)
+    turns = dataclasses.replace(PlanOptions().calibration, overlap_ar_slowdown=2.0, overlap_other_slowdown=2.0)
     p, inventory, opts = profile_plan("home-lab-one-node", 12, calibration=turns)
     assert p.runnable
     assert p.cards_for("decode") == ("desk/1",)
