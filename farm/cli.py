@@ -1,15 +1,44 @@
 """The `farm` command line: each command parses its options and calls one library function."""
 from __future__ import annotations
 
+from enum import Enum
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich", add_completion=False, context_settings=HELP,
                   help="yue2-farm: render YuE2-3B songs and albums across the GPUs you have.")
-bench_app = typer.Typer(no_args_is_help=True, help="Benchmarks: tables against the H200 floors (docs/benchmarks.md).")
+bench_app = typer.Typer(no_args_is_help=True, context_settings=HELP,
+                        help="Benchmarks: tables against the H200 floors (docs/benchmarks.md).")
 app.add_typer(bench_app, name="bench")
+
+# Exit codes (README, "Exit codes"): 0 done; 1 a crash (a bug: the traceback is in the crash log); 2 bad input;
+# 3 the album finished but some tracks failed (their reasons are printed and kept in the album folder);
+# 130 / 143 stopped by Ctrl-C / SIGTERM (the same command resumes).
+EXIT_FAILED_TRACKS = 3
+
+
+class Cot(str, Enum):
+    """How much of the score the plan stage writes (docs/model.md): the whole ABC, the melody only, or none."""
+    full = "full"
+    melody = "melody"
+    off = "off"
+
+
+def _version(show: bool) -> None:
+    if show:
+        from . import __version__
+
+        typer.echo(f"yue2-farm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    """yue2-farm: render YuE2-3B songs and albums across the GPUs you have."""
 
 ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
                                        help="'tiny' (random, created on first use) or a checkpoint directory.")]
@@ -98,7 +127,7 @@ def song(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
     seed: Annotated[int, typer.Option(help="Request seed.")] = 831001,
-    cot: Annotated[str, typer.Option(help="full, melody or off.")] = "full",
+    cot: Annotated[Cot, typer.Option(help="How much score the plan stage writes.")] = Cot.full,
     abc_file: Annotated[Path | None, typer.Option("--abc-file", help="Your own score: ABC text or plan.npy ids.")]
     = None,
     max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).")] = None,
@@ -110,7 +139,7 @@ def song(
     """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
     from .single import SongJob, render_song_folder
 
-    job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
+    job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot.value,
                   abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force,
                   sampler="exact" if exact else "fast")
     record = guarded(render_song_folder, job)
@@ -119,9 +148,9 @@ def song(
     typer.echo(f"wrote {out}: {record['audio']['seconds']:.2f} s of audio ({line})")
 
 
-@app.command()
+@app.command(no_args_is_help=True)
 def render(
-    album: Annotated[Path, typer.Argument(help="Album spec (TOML).")] = Path("configs/albums/demo.toml"),
+    album: Annotated[Path, typer.Argument(help="Album spec (TOML), e.g. configs/albums/demo.toml.")],
     out: Annotated[str | None, typer.Option("--out", "-o", envvar="FARM_OUT",
                                             help="Album folder: a path or an fsspec URL (default out/<album>).")]
     = None,
@@ -141,8 +170,8 @@ def render(
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
                                                        "stage: your placement instead of the planner's.")] = None,
     ar_window: Annotated[int | None, typer.Option(help="Most tracks inside the AR stages at once (0: no cap); "
-                                                       "default: the plan's, which staggers the tracks so the "
-                                                       "acoustic stage runs beside the AR work.", min=0)] = None,
+                                                       "default: the plan's (a cap only where the simulator finds "
+                                                       "staggered tracks faster).", min=0)] = None,
     dashboard: Annotated[bool, typer.Option(help="Serve the live page while the album renders.")] = False,
     port: Annotated[int, typer.Option(help="Dashboard port (0: any free one).")] = 8365,
     host: Annotated[str, typer.Option(help="Dashboard address; 127.0.0.1 unless you mean to share it.")]
@@ -163,7 +192,7 @@ def render(
     for key, error in result.failures.items():
         typer.echo(f"failed: {key}: {error}", err=True)
     if result.failures:
-        raise typer.Exit(code=1)
+        raise typer.Exit(code=EXIT_FAILED_TRACKS)
 
 
 @app.command("dashboard")
@@ -361,8 +390,8 @@ def bench_album(
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD placement instead of the planner's.")] = None,
     sequential: Annotated[bool, typer.Option(help="Also time the sequential path on the same tracks.")] = True,
     ar_window: Annotated[int | None, typer.Option(help="Most tracks inside the AR stages at once (0: no cap); "
-                                                       "default: the plan's, which staggers the tracks so the "
-                                                       "acoustic stage runs beside the AR work.", min=0)] = None,
+                                                       "default: the plan's (a cap only where the simulator finds "
+                                                       "staggered tracks faster).", min=0)] = None,
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,

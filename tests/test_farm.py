@@ -11,8 +11,10 @@ import time
 
 import pyarrow.parquet as pq
 import pytest
+from typer.testing import CliRunner
 
 from farm import artifacts
+from farm.cli import app
 from farm.driver import RenderOptions, render_album
 from farm.jobs import track_request, track_settings
 
@@ -181,13 +183,15 @@ def test_metrics_lost_with_a_driver_are_rebuilt_from_the_stage_markers(ray_clust
 def test_a_failing_stage_fails_its_track_only_and_keeps_the_whole_error(ray_cluster, album, tiny_ckpt_dir,
                                                                          tmp_path):
     """Track 2's folder cannot be made (a file stands in its place): its plan stage fails, the album goes on, the
-    worker's full traceback is kept under .failures/ and the manifest points to it."""
+    worker's full traceback is kept under .failures/ and the manifest points to it; `farm render` exits 3."""
     out = tmp_path / "failing"
     out.mkdir()
     (out / "02-two").write_text("in the way")
-    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
-                                               progress=False))
-    assert list(result.failures) == ["02-two"] and result.failures["02-two"].startswith("plan: ")
+    r = CliRunner().invoke(app, ["render", str(album), "--out", str(out), "--model", str(tiny_ckpt_dir),
+                                 "--cluster", str(PROFILES / "ci.toml")])
+    assert r.exit_code == 3, r.output
+    (failed,) = [line for line in r.stderr.splitlines() if line.startswith("failed: ")]
+    assert failed.startswith("failed: 02-two: plan: ")
     details = (out / ".failures" / "02-two.plan.txt").read_text()
     assert 'farm/trackstore.py", line' in details and "FileExistsError" in details and "\x1b[" not in details
     rows = {r["folder"]: r for r in json.loads((out / "manifest.json").read_text())["tracks"]}
@@ -298,10 +302,6 @@ def test_one_node_with_two_card_models_is_placed_card_by_card(ray_cluster, album
 
 
 def test_memory_urls_are_refused(tmp_path, album, tiny_ckpt_dir):
-    from typer.testing import CliRunner
-
-    from farm.cli import app
-
     r = CliRunner().invoke(app, ["render", str(album), "--out", "memory://album", "--model", str(tiny_ckpt_dir)])
     assert r.exit_code == 2 and "lives inside one process" in r.stderr
 
