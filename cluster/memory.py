@@ -21,7 +21,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .gpus import GIB, GpuDevice
-from .workload import AR_STAGES, ModelShape, TrackShape
+from .workload import AR_STAGES, STAGES, ModelShape, TrackShape
 
 # A process's CUDA context: driver state plus the kernel images of torch, cuBLAS and cuDNN that get loaded (lazy
 # module loading keeps it under a GiB). Measured on the project's H200 (torch 2.11, NVML used memory): context +
@@ -135,7 +135,7 @@ def stage_activation_bytes(stage: str, model: ModelShape, pk: Peaks, batch: int,
 def card_memory(batches: dict[str, int], model: ModelShape, pk: Peaks, core: int = 1024,
                 shared_process: bool = True) -> MemoryNeed:
     """Memory of a card hosting `batches` (stage -> batch). Shared process: weights loaded once, one CUDA context."""
-    stages = tuple(s for s in ("plan", "semantic", "acoustic", "decode") if s in batches)
+    stages = tuple(s for s in STAGES if s in batches)
     kv = sum(stage_kv_bytes(s, model, pk, batches[s]) for s in stages) / GIB
     act = sum(stage_activation_bytes(s, model, pk, batches[s], core) for s in stages) / GIB
     if shared_process:

@@ -11,8 +11,14 @@ import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
+# The stages in order, and what each counts. stages/song.py keeps the torch side's copy of the names (the two
+# rooms never import each other); tests/test_facts.py proves the copies agree.
 STAGES = ("plan", "semantic", "acoustic", "decode")
 AR_STAGES = ("plan", "semantic")
+STAGE_UNITS = {"plan": "tokens", "semantic": "tokens", "acoustic": "frames", "decode": "frames"}
+# One semantic token = one latent frame = `hop` (1,920) samples at 48 kHz; stages/config.py derives it from the VAE
+# config, and tests/test_facts.py checks that both configs shipped give 25.
+FRAMES_PER_SECOND = 25.0
 
 # Reference track (docs/model.md §12): 214.85 s of audio, ~4,540 plan (ABC) tokens, 5,371 semantic tokens.
 REFERENCE_SECONDS = 214.85
@@ -44,7 +50,7 @@ class ModelShape:
     vae_strides: tuple[int, ...]
     weight_bytes: int = 2            # bf16 MoT
     vae_bytes: int = 4               # fp32 VAE, TF32 off
-    frames_per_second: float = 25.0  # one semantic token = one latent frame = 1920 samples at 48 kHz
+    frames_per_second: float = FRAMES_PER_SECOND
 
     @classmethod
     def yue2_3b(cls) -> ModelShape:
@@ -164,7 +170,7 @@ class TrackShape:
     def from_audio_seconds(cls, seconds: float, prompt_tokens: int = DEFAULT_PROMPT_TOKENS,
                            title: str = "", model: ModelShape | None = None) -> TrackShape:
         """25 frames per second; plan tokens scale like the reference track's (4,540 per 214.85 s), capped at max."""
-        frames = max(1, round(seconds * 25.0))
+        frames = max(1, round(seconds * FRAMES_PER_SECOND))
         plan = max(1, round(seconds * REFERENCE_PLAN_TOKENS / REFERENCE_SECONDS))
         if model is not None:
             frames, plan = min(frames, model.semantic_max_tokens), min(plan, model.plan_max_tokens)

@@ -8,9 +8,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
-STAGES = ("plan", "semantic", "acoustic", "decode")
-UNITS = {"plan": "tokens", "semantic": "tokens", "acoustic": "frames", "decode": "frames"}
-FRAMES_PER_SECOND = 25.0      # one latent frame = 1920 samples at 48 kHz
+from cluster.workload import FRAMES_PER_SECOND, STAGES
+from cluster.workload import STAGE_UNITS as UNITS
 WINDOW_S = 10.0               # sliding window of the "now" rates
 
 

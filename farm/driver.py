@@ -90,7 +90,7 @@ def check_options(opts: RenderOptions) -> None:
     """Flags that would otherwise fail only after Ray has started and the weights have loaded."""
     from cluster.profiles import load_profile
 
-    from .jobs import STAGES
+    from cluster.workload import STAGES
 
     if opts.threads < 1:
         raise UserError(f"--threads must be >= 1, got {opts.threads}")

@@ -10,13 +10,12 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from cluster.workload import FRAMES_PER_SECOND, STAGES, TrackShape
 from stages.config import Sampling
 from stages.protocol import SongRequest
 from stages.song import SongSettings, default_settings
 
 from .album import AlbumSpec, TrackSpec
-
-STAGES = ("plan", "semantic", "acoustic", "decode")
 
 
 @dataclass(frozen=True)
@@ -81,9 +80,7 @@ class StageEvent:
 def track_shape(request: SongRequest, settings: SongSettings, title: str, prompt_tokens: int):
     """The planner's view of one track (cluster.workload.TrackShape): its token budgets, its real plan prompt, and
     its CFG branches by the request's own guidance rule. The one builder for `farm render` and `farm plan`."""
-    from cluster.workload import TrackShape
-
-    return TrackShape(settings.semantic.max_tokens / 25.0,
+    return TrackShape(settings.semantic.max_tokens / FRAMES_PER_SECOND,
                       settings.plan.max_tokens if request.has_plan_stage else 0, settings.semantic.max_tokens,
                       prompt_tokens=prompt_tokens, title=title, cfg_branches=2 if request.cfg_scale != 1.0 else 1)
 

@@ -10,8 +10,10 @@ import dataclasses
 
 import pyarrow as pa
 
+from cluster.workload import STAGES
+
 from . import artifacts, trackstore
-from .jobs import STAGES, TrackJob
+from .jobs import TrackJob
 from .metrics import parquet_bytes
 from .store import Store
 

@@ -58,7 +58,7 @@ def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], e
     from cluster.plans import Plan, Worker
 
     from .errors import UserError
-    from .jobs import STAGES
+    from cluster.workload import STAGES
 
     cards = {d.key: d for d in runtime.inventory}
     nodes = {d.node for d in runtime.inventory}

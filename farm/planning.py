@@ -13,7 +13,7 @@ from cluster.calibration import Calibration, Measured, load_calibration, write_c
 from cluster.gpus import GpuDevice, lookup, probe_nvml
 from cluster.profiles import load_profile, profile_inventory
 from cluster.roles import PlanOptions
-from cluster.workload import ModelShape, TrackShape, album_tracks
+from cluster.workload import FRAMES_PER_SECOND, STAGES, ModelShape, TrackShape, album_tracks
 
 from .errors import UserError
 from .models import configs_dir
@@ -91,7 +91,7 @@ def measured_from_bench(report: dict, albums: tuple[dict, ...] = ()) -> Measured
     if gpu is None:
         raise UserError(f"{env['gpu']} is not in the GPU catalogue; add it to cluster/gpus.py first")
     seconds = {row["stage"]: row["seconds"] for row in report["rows"]}
-    track = TrackShape(env["semantic_tokens"] / 25.0, env["plan_tokens"], env["semantic_tokens"],
+    track = TrackShape(env["semantic_tokens"] / FRAMES_PER_SECOND, env["plan_tokens"], env["semantic_tokens"],
                        prompt_tokens=env["prompt_tokens"], title="bench song")
     per_stage = {s: {1: track.generated_tokens(s) / seconds[s]} for s in ("plan", "semantic")}
     for album in albums:
@@ -134,7 +134,7 @@ def model_check(album_json: Path, calibration: Path | None = None) -> str:
     report = _read_json(album_json)
     options = PlanOptions(calibration=load_calibration(calibration)) if calibration else options_for(None)
     gpu = lookup(report["environment"]["gpu"])
-    track = TrackShape(report["semantic_tokens"] / 25.0, report["plan_tokens"], report["semantic_tokens"],
+    track = TrackShape(report["semantic_tokens"] / FRAMES_PER_SECOND, report["plan_tokens"], report["semantic_tokens"],
                        prompt_tokens=report.get("prompt_tokens", 559))
     lines = []
     if "sequential" in report:
@@ -142,7 +142,7 @@ def model_check(album_json: Path, calibration: Path | None = None) -> str:
 
         device = device_from_spec(gpu, "check", 0)
         rows = []
-        for stage in ("plan", "semantic", "acoustic", "decode"):
+        for stage in STAGES:
             speed = card_speed(device, stage, options.model, options.calibration_for(device))
             predicted = job_seconds(speed, track_work(track, stage, options.model))
             measured = sorted(t[stage] for t in report["sequential"]["per_track"])[len(report["sequential"]["per_track"]) // 2]

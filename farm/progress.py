@@ -3,7 +3,9 @@ from __future__ import annotations
 
 import sys
 
-from .jobs import STAGES, StageEvent
+from cluster.workload import STAGES
+
+from .jobs import StageEvent
 
 MARK = {"queued": "·", "running": "▶", "done": "✓", "skipped": "=", "failed": "✗", "-": " "}
 

@@ -27,8 +27,13 @@ from .errors import UserError
 OBJECT_STORE_BYTES = 256 << 20
 
 
+def resource_name(node: str, uuid: str, is_cpu: bool) -> str:
+    """The custom Ray resource that stands for one card (or a node's CPU): the only spelling of it."""
+    return f"farm_cpu_{node}" if is_cpu else f"farm_gpu_{uuid}"
+
+
 def card_resource(device: GpuDevice) -> str:
-    return f"farm_cpu_{device.node}" if device.is_cpu else f"farm_gpu_{device.uuid}"
+    return resource_name(device.node, device.uuid, device.is_cpu)
 
 
 @dataclass

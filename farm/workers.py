@@ -46,7 +46,9 @@ class CardRef:
 
     @property
     def resource(self) -> str:
-        return f"farm_cpu_{self.node}" if self.is_cpu else f"farm_gpu_{self.uuid}"
+        from .raycluster import resource_name
+
+        return resource_name(self.node, self.uuid, self.is_cpu)
 
     @property
     def real_gpu(self) -> bool:

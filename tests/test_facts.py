@@ -1,0 +1,44 @@
+"""Facts that must live in two places because stages/ (torch) and cluster/ (no torch) never import each other:
+the copies agree. Everywhere else the farm imports the one home (cluster.workload for stage names, units and the
+frame rate; farm.raycluster.resource_name for a card's Ray resource)."""
+from __future__ import annotations
+
+import pathlib
+import re
+
+import pytest
+
+from cluster.workload import AR_STAGES, FRAMES_PER_SECOND, STAGE_UNITS, STAGES
+from stages import song
+from stages.config import from_toml
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+
+
+def test_stage_names_agree():
+    assert song.STAGES == STAGES and set(STAGE_UNITS) == set(STAGES) and AR_STAGES == STAGES[:2]
+
+
+@pytest.mark.parametrize("name", ["tiny", "yue2-3b"])
+def test_the_frame_rate_is_the_vae_hop(name):
+    vae = from_toml(ROOT / "configs" / "models" / f"{name}.toml").vae
+    assert vae.sample_rate / vae.hop == FRAMES_PER_SECOND
+
+
+def test_no_module_spells_a_shared_fact_again():
+    """The stage tuple, the frame rate and the card resource are written once per room; a new copy fails here."""
+    allowed = {"stage tuple": {"cluster/workload.py", "stages/song.py"},
+               "frame rate": {"cluster/workload.py"},
+               "card resource": {"farm/raycluster.py"}}
+    patterns = {"stage tuple": re.compile(r'"plan",\s*"semantic",\s*"acoustic",\s*"decode"'),
+                "frame rate": re.compile(r"[*/]\s*25(\.0)?\b"),      # seconds <-> frames by hand
+                "card resource": re.compile(r'f"farm_(gpu|cpu)_')}
+    found: dict[str, set[str]] = {fact: set() for fact in patterns}
+    for room in ("farm", "cluster", "stages"):
+        for path in (ROOT / room).rglob("*.py"):
+            text = path.read_text(encoding="utf-8")
+            for fact, pattern in patterns.items():
+                if pattern.search(text):
+                    found[fact].add(str(path.relative_to(ROOT)))
+    for fact, where in found.items():
+        assert where <= allowed[fact], (fact, sorted(where - allowed[fact]))
