@@ -171,13 +171,15 @@ def render(
     = "127.0.0.1",
     stall_timeout: Annotated[float, typer.Option(help="Seconds a busy worker may leave a ping unanswered before "
                                                       "it is replaced and its tracks go again.", min=1)] = 600.0,
+    log_level: Annotated[str, typer.Option(help="What render.log in the album folder keeps: debug, info, warning "
+                                                "or error (the terminal shows warnings and errors).")] = "info",
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from .driver import RenderOptions, render_album
 
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
-                         stall_seconds=stall_timeout, ar_window=ar_window)
+                         stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level)
     result = interruptible(guarded, render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "

@@ -16,8 +16,8 @@ from pathlib import Path
 
 from cluster import dispatch
 
+from . import logs, recovery, trackstore
 from . import metrics as metrics_io
-from . import recovery, trackstore
 from .album import load_album
 from .errors import UserError
 from .jobs import FromStore, StageEvent, TrackJob, album_jobs
@@ -47,6 +47,7 @@ class RenderOptions:
     progress: bool | None = None          # None: a live table on a terminal, log lines otherwise
     stall_seconds: float = 600.0          # a busy worker that answers no ping for this long is replaced
     ar_window: int | None = None          # most tracks in the AR stages at once; None: the plan's, 0: no cap
+    log_level: str = "info"               # what render.log in the album folder keeps (farm/logs.py)
 
 
 @dataclass
@@ -94,6 +95,7 @@ def check_options(opts: RenderOptions) -> None:
 
     if opts.threads < 1:
         raise UserError(f"--threads must be >= 1, got {opts.threads}")
+    logs.level_of(opts.log_level)
     if opts.cluster is not None:
         load_profile(opts.cluster)
     for pin in opts.pins:
@@ -117,7 +119,9 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     lock = RenderLock(store, "--out" if opts.out else "the default output folder")
     try:
         store.remove_tree(FAILURES)      # an earlier run's failures: this run says again what still fails
-        return _render(album, paths, ckpt, identity, jobs, store, opts, started)
+        with logs.album_log(store, opts.log_level):
+            logs.log.info("render of %s (%d tracks) into %s", album.path, len(jobs), store.url)
+            return _render(album, paths, ckpt, identity, jobs, store, opts, started)
     finally:
         lock.release()
 
@@ -138,9 +142,11 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         if opts.ar_window is not None:
             plan = replace(plan, ar_window=opts.ar_window or None)
         print(placement.describe(plan), flush=True)
+        logs.log.info("%s", placement.describe(plan))
         predicted = placement.forecast(runtime, todo, ckpt, plan, opts.exact) if todo else None
         if predicted is not None:
             print(f"simulated makespan of this plan: {predicted:,.1f} s", flush=True)
+            logs.log.info("simulated makespan of this plan: %.1f s", predicted)
         run_id = metrics_io.new_run_id()
         recovered = metrics_io.recover_events(store, run_id, done)
         if recovered:
@@ -202,6 +208,26 @@ class Pipeline:
         self.ready_at = {(j.number, j.stages[starts[j.key]]): now for j in todo}
         self.status = {j.key: "queued" if j in todo else "done" for j in jobs}
         self.all_jobs, self.view = jobs, None
+        self.drained = time.monotonic()
+
+    def _note(self, text: str) -> None:
+        self.board.note(text)
+        logs.log.warning("%s", text, extra=logs.SHOWN)
+
+    def _drain(self) -> None:
+        """The workers' log lines since the last drain, into render.log (a worker that does not answer is skipped:
+        the watchdog deals with it)."""
+        import ray
+
+        self.drained = time.monotonic()
+        actors = {id(a): a for a in self.workers.slots.values()}
+        refs = {a.drain_logs.remote(): a for a in actors.values()}
+        ready, _ = ray.wait(list(refs), num_returns=len(refs), timeout=5.0)
+        for ref in ready:
+            try:
+                logs.write_worker_lines(ray.get(ref))
+            except Exception as exc:       # a lost worker: its lines are gone with it
+                logs.log.debug("no log lines from a worker: %s", exc)
 
     def run(self) -> dict[str, str]:
         import ray
@@ -214,12 +240,15 @@ class Pipeline:
                     self._collect(ready[0])
                     self._dispatch()
                 for slot, actor, why in self.workers.watch({w for _, _, w, _ in self.inflight.values()}):
-                    self.board.note(f"worker {slot} {why}: stopping it; its tracks go again")
+                    self._note(f"worker {slot} {why}: stopping it; its tracks go again")
                     ray.kill(actor, no_restart=True)
                 if self.view is not None:
                     self.view.tick()
+                if time.monotonic() - self.drained >= DRAIN_EVERY_S:
+                    self._drain()
             self._strand()
         finally:
+            self._drain()
             self.board.close()
         return self.failures
 
@@ -286,6 +315,7 @@ class Pipeline:
                 return
             message = _first_line(exc)
             self.failures[job.key] = f"{stage}: {message}{self._keep_details(job.key, stage, exc)}"
+            logs.log.error("%s failed: %s", job.key, self.failures[job.key], extra=logs.SHOWN)
             event = StageEvent(job.key, stage, worker_id, "", 0, "", "", time.time(), time.time(), 0, 0.0, "", 0,
                                ok=False, error=message)
             dispatch.fail(self.state, worker_id, track)
@@ -300,6 +330,9 @@ class Pipeline:
             self.status[job.key] = "done"
         self.log.add(event)
         self.log.flush()
+        if event.ok:
+            logs.log.info("%s %s done in %.2f s: %d units, batch %.1f, on %s (%s)", job.key, stage,
+                          event.end - event.start, event.units, event.batch, event.gpu, event.worker)
         self.board.finished(event)
         if self.view is not None:
             self.view.event(event)
@@ -311,18 +344,18 @@ class Pipeline:
         why = type(exc).__name__
         for slot in retired:
             dispatch.retire(self.state, slot)
-            self.board.note(f"worker {slot} lost ({why}) and could not be replaced: it takes no more work")
+            self._note(f"worker {slot} lost ({why}) and could not be replaced: it takes no more work")
         for slot in retired:
             self._move(self.state.workers[slot])
         if fresh:
-            self.board.note(f"worker {worker_id} lost ({why}): a fresh worker took its place")
+            self._note(f"worker {worker_id} lost ({why}): a fresh worker took its place")
         attempts = self.attempts[(job.number, stage)] = self.attempts.get((job.number, stage), 0) + 1
         if attempts >= recovery.MAX_ATTEMPTS or not dispatch.can_run(self.state, stage):
             return False
         dispatch.requeue(self.state, worker_id, job.number)
         self.refs[job.number].clear()         # earlier stages' ObjectRefs may be gone with the worker: use the store
         self.status[job.key] = "queued"
-        self.board.note(f"{job.key}: {stage} goes again")
+        self._note(f"{job.key}: {stage} goes again")
         return True
 
     def _move(self, lost: dispatch.WorkerSlot) -> None:
@@ -336,7 +369,7 @@ class Pipeline:
             return
         if slot not in self.state.workers:
             dispatch.add_worker(self.state, replace(lost, id=slot, card=slot.split("@", 1)[1]))
-        self.board.note(f"{lost.stage}: its card was lost; {slot.split('@', 1)[1]} takes it over")
+        self._note(f"{lost.stage}: its card was lost; {slot.split('@', 1)[1]} takes it over")
 
     def _strand(self) -> None:
         """Tracks still waiting when nothing runs: their stage has no worker left."""
@@ -348,6 +381,7 @@ class Pipeline:
                 queue.remove(track)
 
 
+DRAIN_EVERY_S = 5.0     # how often the workers' log lines are fetched into render.log
 FAILURES = ".failures"       # <track>.<stage>.txt: the whole error (with the worker's traceback) of a failed stage
 
 

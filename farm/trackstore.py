@@ -12,13 +12,14 @@ import json
 
 from . import artifacts
 from .jobs import AcousticOutput, PlanOutput, SemanticOutput, TrackJob
+from .logs import LOG_FILE
 from .store import LOCK, Store
 
 STAGE_FILES = {"plan": (artifacts.SCORE, artifacts.PLAN), "semantic": (artifacts.SEMANTIC,),
                "acoustic": (artifacts.LATENTS,), "decode": (artifacts.AUDIO,)}
 
 
-ALBUM_MARKS = ("manifest.json", "live.json", "metrics", "metrics.parquet", LOCK)   # what any render leaves first
+ALBUM_MARKS = ("manifest.json", "live.json", "metrics", "metrics.parquet", LOCK, LOG_FILE)   # what a render leaves
 
 
 def is_album_folder(store: Store, keys: list[str]) -> bool:

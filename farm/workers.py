@@ -21,6 +21,7 @@ import os
 import socket
 import threading
 import time
+import traceback
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -28,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
-from . import artifacts, trackstore
+from . import artifacts, logs, trackstore
 from .jobs import AcousticOutput, FromStore, PlanOutput, SemanticOutput, StageEvent, TrackJob
 from .store import Store
 
@@ -118,11 +119,14 @@ class CardWorker:
         self.ckpt = open_checkpoint(spec.model_dir, spec.vae_dir)
         self.store = Store(spec.store_url)
         self.where = self._where()
+        self.log_lines = logs.worker_logging(self.where["worker"])
         self.threads = {e: ThreadPoolExecutor(1, thread_name_prefix=e) for e in ("acoustic", "decode")}
         self.streams = stage_streams(torch) if self.device == "cuda" else {}
         self._load(spec)
         if self.device == "cuda":
             torch.cuda.synchronize()       # the weights and graphs are ready before any stage stream uses them
+        logs.log.info("pid %d on %s (%s): engines %s loaded%s", os.getpid(), self.where["gpu"], self.where["host"],
+                      ", ".join(spec.engines), f"; {self.ar_shape}" if "ar" in spec.engines else "")
 
     def _load(self, spec: WorkerSpec) -> None:
         """The engines this card hosts, sharing one model for the AR branch."""
@@ -176,6 +180,10 @@ class CardWorker:
         return {"worker": self.spec.name or f"worker-{os.getpid()}", "host": socket.gethostname(),
                 "pid": os.getpid(), "gpu": gpu, "gpu_uuid": uuid, "node_id": ctx.get_node_id(),
                 "engines": list(self.spec.engines), "resources": dict(ctx.get_assigned_resources())}
+
+    def drain_logs(self) -> list[str]:
+        """This worker's log lines since the last call (the driver writes them into render.log)."""
+        return self.log_lines.drain()
 
     def report(self) -> dict:
         """Where this worker runs, as it sees it (card name and UUID from CUDA itself on a real card)."""
@@ -271,7 +279,10 @@ class CardWorker:
                 finished = self.ar.step()
             except BaseException:
                 # The engine's state (a CUDA context, half a batch) cannot be trusted any more: end the process so
-                # Ray restarts the actor and retries its calls.
+                # Ray restarts the actor and retries its calls. Said on stderr too (Ray's worker log on the node):
+                # the buffered lines die with the process.
+                logs.log.critical("the AR engine's step failed; ending the worker so Ray restarts it", exc_info=True)
+                traceback.print_exc()
                 os._exit(1)
             for result in finished:
                 future = pending.pop((result.key, result.phase))

@@ -59,6 +59,14 @@ def rendered(ray_cluster, album, tiny_ckpt_dir, tmp_path_factory):
     return out, result
 
 
+def test_render_log_holds_the_plan_each_call_and_the_workers_lines(rendered):
+    text = (rendered[0] / "render.log").read_text()
+    assert "INFO    farm: render of" in text and "Plan:" in text
+    for track in ("01-one", "02-two", "03-three"):
+        assert f"{track} decode done in" in text, track
+    assert "worker " in text and "engines " in text and "loaded" in text     # a line drained from a worker
+
+
 def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1) -> dict:
     """Each track through the in-process sequential path, same seeds and settings, on `threads` torch threads:
     folder → file bytes."""
