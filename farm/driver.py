@@ -171,7 +171,7 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         try:
             log.flush(strict=True)
             metrics_io.compact(store)
-            rows = manifest.write_album(store, album, jobs, failures, identity)
+            rows = manifest.write_album(store, album, jobs, failures, identity, ckpt.cfg)
             view.close()
             write_report(store)
         except OSError as exc:         # a full disk, most likely: what finished is kept, a rerun completes it

@@ -6,41 +6,36 @@ earlier runs finished too.
 """
 from __future__ import annotations
 
-import dataclasses
-
 import pyarrow as pa
 
 from cluster.workload import STAGES
+from stages.vae import audio_samples
 
 from . import artifacts, trackstore
 from .jobs import TrackJob
 from .metrics import parquet_bytes
 from .store import Store
 
-HOP = 1920
-
-
-def track_record(job: TrackJob, markers: dict[str, dict], identity: dict) -> dict:
-    """settings.json of a finished track: every effective setting, the seed, the checkpoint, per-stage timings."""
+def track_record(job: TrackJob, markers: dict[str, dict], identity: dict, cfg) -> dict:
+    """settings.json of a finished track, by the same builder as `farm song`'s (artifacts.settings_record), from
+    its stage markers: per-stage timings with the worker and card of each, the device, the AR stages' caps hit."""
     frames = markers["decode"]["units"]
     timings = {stage: {"seconds": m["end"] - m["start"], "units": m["units"], "worker": m["worker"],
                        "gpu": m["gpu"], "gpu_uuid": m["gpu_uuid"]} for stage, m in markers.items()}
-    return {
-        "track": {"number": job.number, "title": job.title, "folder": job.key},
-        "request": {**dataclasses.asdict(job.request), "guidance": job.request.cfg_scale},
-        "settings": dataclasses.asdict(job.settings), "checkpoint": identity, "stage_keys": job.stage_keys,
-        "timings": timings,
-        "audio": {"sample_rate": artifacts.SAMPLE_RATE, "channels": 2, "frames": frames,
-                  "samples": HOP * frames - 64, "seconds": (HOP * frames - 64) / artifacts.SAMPLE_RATE,
-                  "format": "FLAC PCM_24"},
-    }
+    devices = {m.get("device") for m in markers.values()} - {None}
+    record = artifacts.settings_record(
+        request=job.request, settings=job.settings, identity=identity, keys=job.stage_keys,
+        device=devices.pop() if len(devices) == 1 else "mixed (see timings)", dtype=cfg.dtype, timings=timings,
+        truncated={s: m["truncated"] for s, m in markers.items() if "truncated" in m}, frames=frames,
+        samples=audio_samples(cfg.vae, frames))
+    return {"track": {"number": job.number, "title": job.title, "folder": job.key}, **record}
 
 
-def manifest_row(job: TrackJob, markers: dict[str, dict], status: str, error: str) -> dict:
+def manifest_row(job: TrackJob, markers: dict[str, dict], status: str, error: str, cfg) -> dict:
     row = {"number": job.number, "title": job.title, "folder": job.key, "status": status, "error": error,
            "seed": job.request.seed, "cot": job.request.cot}
     frames = markers.get("decode", {}).get("units")
-    row["audio_seconds"] = (HOP * frames - 64) / artifacts.SAMPLE_RATE if frames else None
+    row["audio_seconds"] = audio_samples(cfg.vae, frames) / artifacts.SAMPLE_RATE if frames else None
     for stage in STAGES:
         m = markers.get(stage, {})
         row[f"{stage}_seconds"] = m["end"] - m["start"] if m else None
@@ -59,8 +54,10 @@ MANIFEST_COLUMNS = ["number", "title", "folder", "status", "error", "seed", "cot
                                                artifacts.LATENTS, artifacts.AUDIO)]
 
 
-def write_album(store: Store, album, jobs: list[TrackJob], failures: dict[str, str], identity: dict) -> list[dict]:
-    """Per-track settings.json for finished tracks, then manifest.parquet, manifest.json and playlist.m3u8."""
+def write_album(store: Store, album, jobs: list[TrackJob], failures: dict[str, str], identity: dict,
+                cfg) -> list[dict]:
+    """Per-track settings.json for finished tracks, then manifest.parquet, manifest.json and playlist.m3u8.
+    `cfg`: the checkpoint's config (its dtype, and the VAE's audio length rule)."""
     rows = []
     for job in jobs:
         markers = trackstore.finished_stages(store, job)
@@ -68,8 +65,8 @@ def write_album(store: Store, album, jobs: list[TrackJob], failures: dict[str, s
         status = "done" if done else ("failed" if job.key in failures else "incomplete")
         if done:
             store.write_bytes(f"{job.key}/{artifacts.SETTINGS}", artifacts.json_bytes(
-                track_record(job, markers, identity)))
-        rows.append(manifest_row(job, markers, status, failures.get(job.key, "")))
+                track_record(job, markers, identity, cfg)))
+        rows.append(manifest_row(job, markers, status, failures.get(job.key, ""), cfg))
     columns = {c: [r.get(c) for r in rows] for c in MANIFEST_COLUMNS}
     store.write_bytes("manifest.parquet", parquet_bytes(pa.table(columns)))
     store.write_bytes("manifest.json", artifacts.json_bytes({"album": album.title, "checkpoint": identity,

@@ -195,13 +195,14 @@ class CardWorker:
         return StageEvent(job.key, stage, w["worker"], w["host"], w["pid"], w["gpu"], w["gpu_uuid"], start,
                           time.time(), units, batch, shape, peak)
 
-    def _persist(self, job: TrackJob, files: dict[str, bytes], event: StageEvent) -> StageEvent:
+    def _persist(self, job: TrackJob, files: dict[str, bytes], event: StageEvent, **facts) -> StageEvent:
         """Write the stage's files and marker; the marker keeps the call's event, so metrics can be rebuilt from it
-        when the driver dies before it logs the call."""
+        when the driver dies before it logs the call, and `facts` for the track's settings.json (the device, and
+        whether an AR stage hit its token cap)."""
         trackstore.write_stage(self.store, job.key, event.stage, job.stage_keys[event.stage], files,
                                {"worker": event.worker, "gpu": event.gpu, "gpu_uuid": event.gpu_uuid,
                                 "start": event.start, "end": event.end, "units": event.units,
-                                "event": dataclasses.asdict(event)})
+                                "device": self.device, **facts, "event": dataclasses.asdict(event)})
         return event
 
     def _abc_ids(self, job: TrackJob, plan: PlanOutput | FromStore | None) -> list[int]:
@@ -222,7 +223,8 @@ class CardWorker:
         result = await self._generate(plan_request(self.ckpt, job.key, job.request, job.settings))
         ids, text = result.ids, self.ckpt.tokenizer.decode(result.ids)
         files = {artifacts.SCORE: text.encode("utf-8"), artifacts.PLAN: artifacts.npy_bytes(ids)}
-        event = self._persist(job, files, self._event(job, "plan", start, len(ids), result.mean_batch, self.ar_shape))
+        event = self._persist(job, files, self._event(job, "plan", start, len(ids), result.mean_batch, self.ar_shape),
+                              truncated=result.truncated)
         return PlanOutput(job.key, ids), event
 
     @ray.method(num_returns=2)
@@ -241,7 +243,7 @@ class CardWorker:
             files = {artifacts.SCORE: text.encode("utf-8"),
                      artifacts.PLAN: artifacts.npy_bytes(np.asarray(abc_ids, dtype=np.int32)), **files}
         event = self._event(job, "semantic", start, len(codes), result.mean_batch, self.ar_shape)
-        return SemanticOutput(job.key, codes), self._persist(job, files, event)
+        return SemanticOutput(job.key, codes), self._persist(job, files, event, truncated=result.truncated)
 
     async def _generate(self, request):
         self.loop = asyncio.get_running_loop()

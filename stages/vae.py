@@ -214,17 +214,22 @@ class OobleckDecoder(nn.Module):
             SnakeBeta(w[0]), nn.Conv1d(w[0], cfg.audio_channels, KERNEL, padding=KERNEL // 2, bias=False))
 
     def output_length(self, frames: int) -> int:
-        """Samples for `frames` latent frames: 1920·T − 64 for the released strides."""
-        n = frames
-        for s in reversed(self.cfg.strides):
-            n = (n - 1) * s - 2 * math.ceil(s / 2) + 2 * s
-        return n
+        return audio_samples(self.cfg, frames)
 
     def forward(self, z: torch.Tensor) -> torch.Tensor:
         if z.ndim != 3 or z.shape[1] != self.cfg.latent_dim or z.dtype != torch.float32:
             raise ValueError(f"decoder input must be float32 [B, {self.cfg.latent_dim}, T], "
                              f"got {z.dtype} {list(z.shape)}")
         return self.layers(z)
+
+
+def audio_samples(cfg: VaeConfig, frames: int) -> int:
+    """Samples the decoder makes of `frames` latent frames: 1920·T − 64 for the released strides (each block
+    maps L → (L − 1)·s − 2⌈s/2⌉ + 2s)."""
+    n = frames
+    for s in reversed(cfg.strides):
+        n = (n - 1) * s - 2 * math.ceil(s / 2) + 2 * s
+    return n
 
 
 def _fold(raw: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:

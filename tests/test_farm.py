@@ -138,6 +138,22 @@ def test_album_outputs(rendered):
     assert '"cot": "melody"' in settings and '"seed": 12' in settings
 
 
+def test_render_writes_settings_json_like_farm_song(rendered, tiny_ckpt_dir, tmp_path):
+    """One builder for settings.json: a rendered track's has every key `farm song` writes (and which track it is),
+    and its audio length follows the VAE's rule."""
+    lyrics = tmp_path / "lyrics.txt"
+    lyrics.write_text("[verse]\nNight bus\n")
+    r = CliRunner().invoke(app, ["song", "--model", str(tiny_ckpt_dir), "--style", "x", "--lyrics-file", str(lyrics),
+                                 "--out", str(tmp_path / "song"), "--device", "cpu", "--max-semantic-tokens", "16"])
+    assert r.exit_code == 0, r.output
+    single = json.loads((tmp_path / "song" / "settings.json").read_text())
+    farmed = json.loads((rendered[0] / "02-two" / "settings.json").read_text())
+    assert set(farmed) == set(single) | {"track"}
+    assert farmed["device"] == "cpu" and farmed["dtype"] == single["dtype"] and farmed["versions"] == single["versions"]
+    assert set(farmed["truncated"]) == {"plan", "semantic"} and farmed["audio"]["samples"] == (
+        1920 * farmed["audio"]["frames"] - 64)
+
+
 def test_exact_mode_is_the_sequential_path_too(ray_cluster, album, tiny_ckpt_dir, sequential, tmp_path):
     """--exact: the reference sampler in the farm equals the sequential path with the reference sampler, and the
     two samplers give different songs for the same seed."""
