@@ -2,7 +2,7 @@
 
 `LiveView` is fed by the driver (each finished stage call, and a tick about once a second). It keeps the figures in
 one place — `stats()`, built by aggregate.album_stats — for the dashboard server, the `/api/stats` endpoint, the
-Prometheus export through `ray.util.metrics`, and `live.json` (which `farm dashboard OUT_DIR` reads from another
+Prometheus export through Ray (`farm/prometheus.py`), and `live.json` (which `farm dashboard OUT_DIR` reads from another
 process).
 """
 from __future__ import annotations
@@ -14,6 +14,7 @@ from . import aggregate
 from .gpumon import GpuMonitor
 from .jobs import StageEvent
 from .metrics import event_rows
+from .prometheus import RayMetrics
 from .store import Store
 
 LIVE = "live.json"
@@ -78,46 +79,6 @@ class LiveView:
     def stop_server(self) -> None:
         if self.server is not None:
             self.server.shutdown()
-
-
-class RayMetrics:
-    """The farm's figures as Prometheus metrics through Ray (`ray_farm_*` on each node's metrics port)."""
-
-    @classmethod
-    def create(cls) -> "RayMetrics | None":
-        try:
-            import ray
-
-            return cls() if ray.is_initialized() else None
-        except Exception:          # a Ray without the metrics agent: the dashboard's own /metrics still works
-            return None
-
-    def __init__(self):
-        from ray.util.metrics import Counter, Gauge, Histogram
-
-        tags = ("stage", "card")
-        self.units = Counter("farm_stage_units_total", "tokens or latent frames produced", tag_keys=tags)
-        self.calls = Counter("farm_stage_calls_total", "finished stage calls", tag_keys=tags + ("ok",))
-        self.seconds = Histogram("farm_stage_call_seconds", "one stage call, wall clock",
-                                 boundaries=[0.1, 0.5, 1, 2, 5, 10, 30, 60, 120, 300], tag_keys=tags)
-        self.queue = Gauge("farm_stage_queue_depth", "tracks ready for the stage, not started", tag_keys=("stage",))
-        self.busy = Gauge("farm_card_busy_fraction", "share of the album's time the card worked", tag_keys=("card",))
-        self.eta = Gauge("farm_album_eta_seconds", "estimated time left", tag_keys=())
-
-    def event(self, e: StageEvent) -> None:
-        tags = {"stage": e.stage, "card": e.gpu_uuid or "unknown"}
-        self.calls.inc(1, tags={**tags, "ok": str(e.ok).lower()})
-        if e.ok:
-            self.units.inc(e.units, tags=tags)
-            self.seconds.observe(e.end - e.start, tags=tags)
-
-    def gauges(self, stats: dict) -> None:
-        for s in stats["stages"]:
-            self.queue.set(s["queue_now"], tags={"stage": s["stage"]})
-        for c in stats["cards"]:
-            self.busy.set(c["busy_fraction"], tags={"card": c["uuid"]})
-        if stats["eta_s"] is not None:
-            self.eta.set(stats["eta_s"])
 
 
 def read_live(store: Store) -> dict:

@@ -47,9 +47,11 @@ class _Handler(BaseHTTPRequestHandler):
         if path == "/api/stats":
             return self._send(200, "application/json", json.dumps(self.stats_fn(), default=str).encode())
         if path == "/metrics":
-            from .prometheus_text import render
+            from prometheus_client import CONTENT_TYPE_LATEST
 
-            return self._send(200, "text/plain; version=0.0.4", render(self.stats_fn()).encode())
+            from ..prometheus import exposition
+
+            return self._send(200, CONTENT_TYPE_LATEST, exposition(self.stats_fn()))
         self._send(404, "text/plain", b"not found\n")
 
     def _send(self, code: int, kind: str, body: bytes) -> None:
