@@ -42,7 +42,8 @@ def environment(device: str) -> dict:
 def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_tokens: int, device: str,
                    repeats: int, json_out: Path | None) -> list[dict]:
     from stages.protocol import SongRequest
-    from stages.song import SongEngines, default_settings, open_checkpoint, render_song
+    from stages.requests import default_settings, open_checkpoint
+    from stages.song import SongEngines, render_song
 
     from .devices import pick_device
     from .models import resolve_model

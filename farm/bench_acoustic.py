@@ -25,7 +25,7 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
 
     from cluster.workload import ModelShape
     from stages.acoustic import AcousticEngine, chunk_tokens, song_noise
-    from stages.song import open_checkpoint
+    from stages.requests import open_checkpoint
     from stages.transformer import AR, NAR, ar_prefill, layer_head, layer_tail, nar_kv_buffers, velocity
     from stages.weights import load_model
 

@@ -47,7 +47,7 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
                     pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
                     cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None,
                     gantt: Path | None = None) -> dict:
-    from stages.song import open_checkpoint
+    from stages.requests import open_checkpoint
 
     from .driver import RenderOptions, render_album
     from .gpumon import GpuMonitor
@@ -128,7 +128,8 @@ def sequential_times(paths, spec: Path) -> dict:
     """The same tracks, one after another, through the in-process sequential path on one device."""
     import torch
 
-    from stages.song import SongEngines, default_settings, open_checkpoint, render_song
+    from stages.requests import default_settings, open_checkpoint
+    from stages.song import SongEngines, render_song
 
     from .album import load_album
     from .devices import pick_device

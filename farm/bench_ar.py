@@ -54,7 +54,7 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
 
     from stages.ar import AREngine
     from stages.kv_cache import token_bytes
-    from stages.song import open_checkpoint
+    from stages.requests import open_checkpoint
     from stages.transformer import AR, HEAD
     from stages.weights import load_model
 

@@ -66,7 +66,7 @@ class RenderResult:
 def prepare(album_path: Path, opts: RenderOptions):
     """Everything that can fail on bad input, before Ray starts or anything is written: the spec, the checkpoint
     (headers), every track against it, the profile, the flags, and last the output location (a probe write)."""
-    from stages.song import open_checkpoint
+    from stages.requests import open_checkpoint
     from stages.weights import verify_checkpoint
 
     from .identity import checkpoint_identity

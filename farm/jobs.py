@@ -13,7 +13,7 @@ import numpy as np
 from cluster.workload import FRAMES_PER_SECOND, STAGES, TrackShape
 from stages.config import Sampling
 from stages.protocol import SongRequest
-from stages.song import SongSettings, default_settings
+from stages.requests import SongSettings, default_settings
 
 from .album import AlbumSpec, TrackSpec
 
@@ -107,7 +107,7 @@ def track_request(track: TrackSpec) -> SongRequest:
 
 def album_jobs(album: AlbumSpec, ckpt, identity: dict, sampler: str = "fast") -> list[TrackJob]:
     """Every track as a job, each validated against the checkpoint (context and all); problems collected."""
-    from stages.song import validate
+    from stages.requests import validate
 
     from .album import AlbumError
     from .errors import user_error_types

@@ -107,7 +107,7 @@ def track_shape_of(job: TrackJob, ckpt, reference: bool) -> TrackShape:
 
 def ar_geometry(jobs: list[TrackJob], ckpt) -> tuple[int, int]:
     """(KV rows per track, tokens per row) for this album: 2 rows when any track uses CFG; the longest AR need."""
-    from stages.song import ar_tokens_needed
+    from stages.requests import ar_tokens_needed
 
     needs = [ar_tokens_needed(ckpt, j.request, j.settings) for j in jobs]
     capacity = max(max(n.get("plan", 0), n["semantic"]) for n in needs)

@@ -56,7 +56,8 @@ def read_abc(path: Path) -> dict:
 def render_song_folder(job: SongJob) -> dict:
     """Check inputs, render, write the folder. Returns settings.json's content."""
     from stages.protocol import COT_MODES, SongRequest
-    from stages.song import SongEngines, default_settings, open_checkpoint, render_song, validate
+    from stages.requests import default_settings, open_checkpoint, validate
+    from stages.song import SongEngines, render_song
     from stages.weights import verify_checkpoint
 
     from .devices import pick_device

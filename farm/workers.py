@@ -111,7 +111,7 @@ class CardWorker:
             os.environ["CUDA_VISIBLE_DEVICES"] = spec.card.uuid
         import torch
 
-        from stages.song import open_checkpoint
+        from stages.requests import open_checkpoint
 
         torch.set_num_threads(spec.threads)
         self.spec, self.torch = spec, torch
@@ -217,7 +217,7 @@ class CardWorker:
     # ---- plan and semantic: continuous batching on the AR engine ----------------------------------------------
     @ray.method(num_returns=2)
     async def plan(self, job: TrackJob):
-        from stages.song import plan_request
+        from stages.requests import plan_request
 
         start = time.time()
         result = await self._generate(plan_request(self.ckpt, job.key, job.request, job.settings))
@@ -229,7 +229,7 @@ class CardWorker:
 
     @ray.method(num_returns=2)
     async def semantic(self, job: TrackJob, plan):
-        from stages.song import codes_from, semantic_request
+        from stages.requests import codes_from, semantic_request
 
         start = time.time()
         abc_ids = self._abc_ids(job, plan)
@@ -297,7 +297,7 @@ class CardWorker:
             self.threads["acoustic"], self._synthesize, job, plan, semantic)
 
     def _synthesize(self, job: TrackJob, plan, semantic):
-        from stages.song import acoustic_request
+        from stages.requests import acoustic_request
 
         start = time.time()
         if isinstance(semantic, FromStore):

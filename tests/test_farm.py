@@ -73,7 +73,8 @@ def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1) -> di
     import torch
 
     from farm.album import load_album
-    from stages.song import SongEngines, open_checkpoint, render_song
+    from stages.requests import open_checkpoint
+    from stages.song import SongEngines, render_song
 
     ckpt = open_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
     engines = SongEngines(ckpt, sampler=sampler)
