@@ -251,7 +251,7 @@ def plan(
     as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
 ) -> None:
     """Which stage runs on which card, how many replicas and batches, the bottleneck and the ETA — with reasons."""
-    from .planning import plan_command
+    from .plan_commands import plan_command
 
     typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, as_json))
 
@@ -266,7 +266,7 @@ def simulate(
     as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
 ) -> None:
     """Run the planner's plan through a discrete-event simulation of the farm's dispatch: makespan, use, queues."""
-    from .planning import simulate_command
+    from .plan_commands import simulate_command
 
     typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, as_json))
 
@@ -280,7 +280,7 @@ def calibrate(
     = None,
 ) -> None:
     """Fit the cost model's efficiency factors to a measured bench report and write the calibration file."""
-    from .planning import calibrate_command
+    from .plan_commands import calibrate_command
 
     typer.echo(guarded(calibrate_command, bench_json, out, tuple(album or ())))
 
@@ -309,7 +309,7 @@ def bench_song(
 
         update_summary(summary, song_figures(report), report["environment"])
     if calibrate:
-        from .planning import calibrate_report
+        from .plan_commands import calibrate_report
 
         typer.echo(guarded(calibrate_report, report, calibrate))
 
@@ -368,7 +368,7 @@ def bench_model_check(
     = None,
 ) -> None:
     """Compare the calibrated cost model and the simulator with a measured album run."""
-    from .planning import model_check
+    from .plan_commands import model_check
 
     typer.echo(guarded(model_check, album_json, calibration))
 

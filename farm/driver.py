@@ -16,8 +16,7 @@ from pathlib import Path
 
 from cluster import dispatch
 
-from . import logs, recovery, trackstore
-from . import metrics as metrics_io
+from . import eventlog, logs, recovery, trackstore
 from .album import load_album
 from .errors import UserError
 from .jobs import FromStore, StageEvent, TrackJob, album_jobs
@@ -127,7 +126,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
 
 
 def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, started: float) -> RenderResult:
-    from . import manifest, placement, raycluster
+    from . import deploy, manifest, raycluster
     from .live import LiveView
     from .report import write_report
 
@@ -138,28 +137,28 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
     print(runtime.describe(), flush=True)
     view = None
     try:
-        plan = placement.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
+        plan = deploy.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
         if opts.ar_window is not None:
             plan = replace(plan, ar_window=opts.ar_window or None)
-        print(placement.describe(plan), flush=True)
-        logs.log.info("%s", placement.describe(plan))
-        predicted = placement.forecast(runtime, todo, ckpt, plan, opts.exact) if todo else None
+        print(deploy.describe(plan), flush=True)
+        logs.log.info("%s", deploy.describe(plan))
+        predicted = deploy.forecast(runtime, todo, ckpt, plan, opts.exact) if todo else None
         if predicted is not None:
             print(f"simulated makespan of this plan: {predicted:,.1f} s", flush=True)
             logs.log.info("simulated makespan of this plan: %.1f s", predicted)
-        run_id = metrics_io.new_run_id()
-        recovered = metrics_io.recover_events(store, run_id, done)
+        run_id = eventlog.new_run_id()
+        recovered = eventlog.recover_events(store, run_id, done)
         if recovered:
             print(f"metrics: {recovered} stage call(s) that finished after an earlier render stopped were logged "
                   f"from their stage markers", flush=True)
-        log = metrics_io.EventLog(store, run_id)
+        log = eventlog.EventLog(store, run_id)
         slots, specs, where = {}, {}, {}
         if todo:
-            slots, specs = placement.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
-            where = placement.worker_reports(slots)
-        workers = recovery.Workers(slots, specs, placement.launch, opts.stall_seconds)
+            slots, specs = deploy.start_workers(plan, runtime, paths, store.url, opts, todo, ckpt)
+            where = deploy.worker_reports(slots)
+        workers = recovery.Workers(slots, specs, deploy.launch, opts.stall_seconds)
         pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress, store)
-        view = LiveView(store, run_id, album.title, placement.card_facts(plan, runtime), pipeline.live_state,
+        view = LiveView(store, run_id, album.title, deploy.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)
         pipeline.view = view
         try:
@@ -170,7 +169,7 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
             raise
         try:
             log.flush(strict=True)
-            metrics_io.compact(store)
+            eventlog.compact(store)
             rows = manifest.write_album(store, album, jobs, failures, identity, ckpt.cfg)
             view.close()
             write_report(store)

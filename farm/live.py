@@ -13,7 +13,7 @@ import time
 from . import aggregate
 from .gpumon import GpuMonitor
 from .jobs import StageEvent
-from .metrics import event_rows
+from .eventlog import event_rows
 from .prometheus import RayMetrics
 from .store import Store
 
@@ -72,7 +72,7 @@ class LiveView:
         self.tick(force=True)
         self.monitor.stop()
         if self.monitor.samples:
-            from .metrics import write_gpu_samples
+            from .eventlog import write_gpu_samples
 
             write_gpu_samples(self.store, self.run_id, self.monitor.samples)
 

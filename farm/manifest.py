@@ -13,7 +13,7 @@ from stages.vae import audio_samples
 
 from . import artifacts, trackstore
 from .jobs import TrackJob
-from .metrics import parquet_bytes
+from .eventlog import parquet_bytes
 from .store import Store
 
 def track_record(job: TrackJob, markers: dict[str, dict], identity: dict, cfg) -> dict:

@@ -10,7 +10,7 @@ import html
 import io
 
 from . import aggregate
-from .metrics import METRICS, read_metrics
+from .eventlog import METRICS, read_metrics
 from .store import Store
 
 COLOURS = {"plan": "#4c78a8", "semantic": "#f58518", "acoustic": "#54a24b", "decode": "#b279a2"}

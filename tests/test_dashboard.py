@@ -14,7 +14,7 @@ import pytest
 
 from farm import aggregate
 from farm.driver import RenderOptions, render_album
-from farm.metrics import SCHEMA
+from farm.eventlog import SCHEMA
 
 from .conftest import PROFILES, free_port
 
@@ -191,7 +191,7 @@ def test_prometheus_export_through_ray_and_the_farm_endpoint(rendered, ray_clust
 def test_nvml_samples_are_kept_beside_the_metrics(tmp_path):
     """The sampler's records (as GpuMonitor makes them on a GPU host) → gpu_samples.parquet, one row per process."""
     from farm.gpumon import CardSample
-    from farm.metrics import GPU_SAMPLES, GPU_SCHEMA, write_gpu_samples
+    from farm.eventlog import GPU_SAMPLES, GPU_SCHEMA, write_gpu_samples
     from farm.store import Store
 
     store = Store(str(tmp_path))

@@ -33,7 +33,7 @@ def planning_inputs(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = 
     gpus = [d for d in runtime.inventory if not d.is_cpu]
     shape = ModelShape.yue2_3b() if gpus or ckpt.cfg.name == "yue2-3b" else ModelShape.tiny()
     tracks = [track_shape_of(job, ckpt, reference=shape.name != ckpt.cfg.name) for job in jobs]
-    from .planning import options_for
+    from .plan_commands import options_for
 
     batch = 1 if exact else PlanOptions().max_batch
     options = options_for(runtime.profile, model=shape, max_batch=batch,
