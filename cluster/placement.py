@@ -221,12 +221,13 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
     runnable = bool(p.stages) and not missing
     workers, cards = _place(p, assignment, est)
     bottleneck = max(p.stages, key=lambda s: est.load[s]) if runnable else None   # the stage using most card time
-    plan = Plan(len(p.tracks), sum(t.audio_seconds for t in p.tracks), p.options.model.name, method, tried,
-                tuple(workers), tuple(cards), _stage_summaries(p, est, workers, apart), bottleneck,
-                est.makespan if runnable else None, est.throughput if runnable else 0.0,
-                sum(est.latency.values()) if runnable else None, missing, _refusals(p),
-                tuple(_reasons(p, est, workers, method, tried, note, apart)), p.options.reserve_gib,
-                p.options.shared_process)
+    plan = Plan(tracks=len(p.tracks), audio_seconds=sum(t.audio_seconds for t in p.tracks),
+                model=p.options.model.name, method=method, assignments_tried=tried, workers=tuple(workers),
+                cards=tuple(cards), stages=_stage_summaries(p, est, workers, apart), bottleneck=bottleneck,
+                makespan_s=est.makespan if runnable else None, throughput_tracks_s=est.throughput if runnable else 0.0,
+                one_track_s=sum(est.latency.values()) if runnable else None, unrunnable=missing,
+                refusals=_refusals(p), reasons=tuple(_reasons(p, est, workers, method, tried, note, apart)),
+                reserve_gib=p.options.reserve_gib, shared_process=p.options.shared_process)
     return _ar_window(p, plan)
 
 
@@ -263,14 +264,17 @@ def _place(p: _Problem, assignment: Assignment, est: Estimate) -> tuple[list[Wor
         cls, role = p.classes[k], p.classes[k].roles[r]
         for dev in (free[k].pop(0) for _ in range(n)):
             model = dev.spec().model
-            cards.append(CardUse(dev.key, dev.node, dev.index, dev.uuid, model, role.stages, role.memory.total,
-                                 cls.budget_gib, role.memory.breakdown()))
+            cards.append(CardUse(card=dev.key, node=dev.node, index=dev.index, uuid=dev.uuid, model=model,
+                                 stages=role.stages, memory_gib=role.memory.total, budget_gib=cls.budget_gib,
+                                 memory=role.memory.breakdown()))
             for i, s in enumerate(role.stages):
                 share = est.shares[e][i] if est.shares else 0.0   # no shares when the plan cannot run
-                workers.append(Worker(s, dev.key, dev.node, dev.index, dev.uuid, model, share, role.batches[i],
-                                      role.memory.decode_core if s == "decode" else None,
-                                      role.timing(s).card_seconds, role.timing(s).latency))
-    cards += [CardUse(d.key, d.node, d.index, d.uuid, d.spec().model, (), 0.0, p.classes[k].budget_gib, "unused")
+                workers.append(Worker(stage=s, card=dev.key, node=dev.node, index=dev.index, uuid=dev.uuid,
+                                      model=model, share=share, batch=role.batches[i],
+                                      decode_core=role.memory.decode_core if s == "decode" else None,
+                                      card_seconds=role.timing(s).card_seconds, latency_s=role.timing(s).latency))
+    cards += [CardUse(card=d.key, node=d.node, index=d.index, uuid=d.uuid, model=d.spec().model, stages=(),
+                      memory_gib=0.0, budget_gib=p.classes[k].budget_gib, memory="unused")
               for k, devs in free.items() for d in devs]
     workers.sort(key=lambda w: (STAGES.index(w.stage), -w.share, w.card))
     cards.sort(key=lambda c: (c.node, c.index))

@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass
 from .tables import table
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Worker:
     stage: str
     card: str                 # "<node>/<index>" ("<node>/cpu" for the CPU fallback)
@@ -30,7 +30,7 @@ class Worker:
         return 3600.0 * self.share / self.card_seconds
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class CardUse:
     card: str
     node: str
@@ -60,7 +60,7 @@ class Refusal:
     reason: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class Plan:
     tracks: int
     audio_seconds: float

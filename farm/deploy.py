@@ -79,11 +79,15 @@ def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], e
         for d in devices:
             per_card[d.key] = per_card.get(d.key, 0) + 1
     batch = 1 if exact else min(32, len(jobs))
-    workers = tuple(Worker(stage, d.key, d.node, d.index, d.uuid, d.name, 1.0 / per_card[d.key],
-                           batch if stage in ("plan", "semantic") else 1, 1024 if stage == "decode" else None,
-                           1.0, 0.0) for stage in STAGES for d in chosen[stage])
-    return Plan(len(jobs), 0.0, "pinned", "pinned", 0, workers, (), (), None, None, 0.0, None, (), (),
-                tuple(f"{w.stage} pinned to {w.card} ({w.model}) by --pin" for w in workers), 0.0, True)
+    workers = tuple(Worker(stage=stage, card=d.key, node=d.node, index=d.index, uuid=d.uuid, model=d.name,
+                           share=1.0 / per_card[d.key], batch=batch if stage in ("plan", "semantic") else 1,
+                           decode_core=1024 if stage == "decode" else None, card_seconds=1.0, latency_s=0.0)
+                    for stage in STAGES for d in chosen[stage])
+    return Plan(tracks=len(jobs), audio_seconds=0.0, model="pinned", method="pinned", assignments_tried=0,
+                workers=workers, cards=(), stages=(), bottleneck=None, makespan_s=None, throughput_tracks_s=0.0,
+                one_track_s=None, unrunnable=(), refusals=(),
+                reasons=tuple(f"{w.stage} pinned to {w.card} ({w.model}) by --pin" for w in workers),
+                reserve_gib=0.0, shared_process=True)
 
 
 def describe(plan) -> str:

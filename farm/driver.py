@@ -315,8 +315,10 @@ class Pipeline:
             message = _first_line(exc)
             self.failures[job.key] = f"{stage}: {message}{self._keep_details(job.key, stage, exc)}"
             logs.log.error("%s failed: %s", job.key, self.failures[job.key], extra=logs.SHOWN)
-            event = StageEvent(job.key, stage, worker_id, "", 0, "", "", time.time(), time.time(), 0, 0.0, "", 0,
-                               ok=False, error=message)
+            now = time.time()
+            event = StageEvent(track=job.key, stage=stage, worker=worker_id, host="", pid=0, gpu="", gpu_uuid="",
+                               start=now, end=now, units=0, batch=0.0, batch_shape="", peak_bytes=0, ok=False,
+                               error=message)
             dispatch.fail(self.state, worker_id, track)
         else:
             event = replace(event, queue_wait=max(0.0, event.start - self.ready_at.get((track, stage), event.start)))

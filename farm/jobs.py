@@ -56,7 +56,7 @@ class FromStore:
     key: str
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class StageEvent:
     """What one stage call did, where and when: the farm's unit of accounting (metrics.parquet rows)."""
     track: str

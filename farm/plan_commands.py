@@ -153,8 +153,10 @@ def model_check(album_json: Path, calibration: Path | None = None) -> str:
     workers = tuple(Worker(**w) for w in report["placement"])
     cards = sorted({(w.node, w.index) for w in workers})
     inventory = [device_from_spec(gpu, node, index) for node, index in cards]
-    plan = Plan(report["tracks"], 0.0, options.model.name, "measured run", 0, workers, (), (), None, None, 0.0, None,
-                (), (), (), 0.0, True)
+    plan = Plan(tracks=report["tracks"], audio_seconds=0.0, model=options.model.name, method="measured run",
+                assignments_tried=0, workers=workers, cards=(), stages=(), bottleneck=None, makespan_s=None,
+                throughput_tracks_s=0.0, one_track_s=None, unrunnable=(), refusals=(), reasons=(), reserve_gib=0.0,
+                shared_process=True, ar_window=report.get("ar_window"))
     sim = simulate(plan, inventory, [track] * report["tracks"], options)
     measured = report["album_makespan_s"]
     lines.append(f"Album of {report['tracks']} tracks on {len(cards)} x {gpu.model}, the farm's own placement: "

@@ -192,8 +192,9 @@ class CardWorker:
     def _event(self, job: TrackJob, stage: str, start: float, units: int, batch: float, shape: str) -> StageEvent:
         peak = self.torch.cuda.max_memory_allocated() if self.device == "cuda" else 0
         w = self.where
-        return StageEvent(job.key, stage, w["worker"], w["host"], w["pid"], w["gpu"], w["gpu_uuid"], start,
-                          time.time(), units, batch, shape, peak)
+        return StageEvent(track=job.key, stage=stage, worker=w["worker"], host=w["host"], pid=w["pid"], gpu=w["gpu"],
+                          gpu_uuid=w["gpu_uuid"], start=start, end=time.time(), units=units, batch=batch,
+                          batch_shape=shape, peak_bytes=peak)
 
     def _persist(self, job: TrackJob, files: dict[str, bytes], event: StageEvent, **facts) -> StageEvent:
         """Write the stage's files and marker; the marker keeps the call's event, so metrics can be rebuilt from it

@@ -9,8 +9,9 @@ from farm.store import Store
 
 
 def _event(i: int) -> StageEvent:
-    return StageEvent(f"{i // 4:02d}-song", ("plan", "semantic", "acoustic", "decode")[i % 4], "w", "h", 1, "cpu",
-                      "", 1_700_000_000.0 + i * 0.37, 1_700_000_000.5 + i * 0.37, 10, 1.0, "", 0)
+    return StageEvent(track=f"{i // 4:02d}-song", stage=("plan", "semantic", "acoustic", "decode")[i % 4], worker="w",
+                      host="h", pid=1, gpu="cpu", gpu_uuid="", start=1_700_000_000.0 + i * 0.37,
+                      end=1_700_000_000.5 + i * 0.37, units=10, batch=1.0, batch_shape="", peak_bytes=0)
 
 
 def test_a_long_run_keeps_few_files_and_reads_back_every_event_once(tmp_path):
