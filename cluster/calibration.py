@@ -13,7 +13,16 @@ from pathlib import Path
 
 from .workload import TrackShape
 
-DEFAULT_PATH = Path(__file__).resolve().parents[1] / "configs" / "calibration" / "h200.toml"
+DEFAULT_GPU = "H200"
+
+
+def calibration_dir() -> Path | None:
+    """The shipped calibration files: configs/calibration/ in a checkout, cluster/_calibration/ in a wheel."""
+    here = Path(__file__).resolve().parent
+    for candidate in (here.parent / "configs" / "calibration", here / "_calibration"):
+        if candidate.is_dir():
+            return candidate
+    return None
 
 
 @dataclass(frozen=True)
@@ -99,9 +108,16 @@ def load_calibration(path: str | Path) -> Calibration:
     return Calibration(**values)
 
 
+def shipped_calibrations() -> tuple[Calibration, ...]:
+    """Every measured calibration shipped (one file per GPU model), in file-name order."""
+    folder = calibration_dir()
+    return tuple(load_calibration(p) for p in sorted(folder.glob("*.toml"))) if folder else ()
+
+
 def default_calibration() -> Calibration:
-    """configs/calibration/h200.toml when present (the engines team keeps it measured), else the built-in factors."""
-    return load_calibration(DEFAULT_PATH) if DEFAULT_PATH.exists() else Calibration()
+    """The shipped H200 calibration (the engines team keeps it measured), else the built-in factors. The one rule
+    for which calibration a plan uses when none is given; other GPU models use theirs (PlanOptions.calibrations)."""
+    return next((c for c in shipped_calibrations() if c.gpu == DEFAULT_GPU), Calibration())
 
 
 @dataclass(frozen=True)

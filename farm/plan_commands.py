@@ -9,7 +9,8 @@ import json
 import socket
 from pathlib import Path
 
-from cluster.calibration import Calibration, Measured, load_calibration, write_calibration
+from cluster.calibration import (Measured, calibration_dir, load_calibration, shipped_calibrations,
+                                 write_calibration)
 from cluster.gpus import GpuDevice, lookup, probe_nvml
 from cluster.profiles import load_profile, profile_inventory
 from cluster.roles import PlanOptions
@@ -19,15 +20,10 @@ from .errors import UserError
 from .models import configs_dir
 
 
-def calibrations() -> tuple[Calibration, ...]:
-    """Every measured calibration shipped in configs/calibration/ (one per GPU model)."""
-    folder = configs_dir() / "calibration"
-    return tuple(load_calibration(p) for p in sorted(folder.glob("*.toml"))) if folder.is_dir() else ()
-
-
 def options_for(profile, **overrides) -> PlanOptions:
-    cals = calibrations()
-    base = {"calibrations": cals, **({"calibration": cals[0]} if cals else {}), **overrides}
+    """Plan options for a profile (or this host): every shipped calibration, each for its GPU model; the default
+    one (cluster.calibration.default_calibration) for the others."""
+    base = {"calibrations": shipped_calibrations(), **overrides}
     return PlanOptions.for_profile(profile, **base) if profile else PlanOptions(**base)
 
 
@@ -117,7 +113,8 @@ def _read_json(path: Path) -> dict:
 
 def calibrate_report(report: dict, out: Path | None, albums: tuple[dict, ...] = ()) -> str:
     measured = measured_from_bench(report, albums)
-    target = out or configs_dir() / "calibration" / f"{measured.gpu.lower().replace(' ', '-')}.toml"
+    folder = calibration_dir() or configs_dir() / "calibration"
+    target = out or folder / f"{measured.gpu.lower().replace(' ', '-')}.toml"
     fitted = write_calibration(target, measured, model=ModelShape.yue2_3b())
     return f"wrote {target}: " + ", ".join(f"{k}={getattr(fitted, k):.4g}" for k in (
         "ar_bandwidth_efficiency", "ar_step_overhead_s", "acoustic_efficiency", "decode_efficiency"))
