@@ -246,9 +246,33 @@ def from_toml(path: str | Path) -> Yue2Config:
 MODEL_JSON_FIELDS = ("hidden_size", "num_hidden_layers", "num_attention_heads", "num_key_value_heads", "head_dim",
                      "intermediate_size", "vocab_size", "rms_norm_eps", "rope_theta", "max_position_embeddings",
                      "tie_word_embeddings", "latent_dim", "max_latent_frames", "timestep_shift")
-# Hugging Face bookkeeping a released config.json carries; accepted and ignored.
-HF_BOOKKEEPING = ("architectures", "auto_map", "dtype", "torch_dtype", "transformers_version", "model_type",
-                  "latent_type", "_name_or_path", "use_cache", "bos_token_id", "eos_token_id", "pad_token_id")
+# Hugging Face bookkeeping a config.json may carry (the keys the reference's config classes keep besides their
+# own): accepted and ignored. Any other key is refused, so a misspelled field is never silently dropped.
+HF_BOOKKEEPING = ("model_type", "architectures", "auto_map", "transformers_version", "dtype", "torch_dtype",
+                  "return_dict", "output_hidden_states", "output_attentions", "use_cache", "torchscript", "is_decoder",
+                  "is_encoder_decoder", "add_cross_attention", "bos_token_id", "eos_token_id", "pad_token_id",
+                  "decoder_start_token_id", "attn_implementation", "_name_or_path")
+MODEL_ARCHITECTURES = ["YuE2ForCausalLM"]
+MODEL_AUTO_MAP = {"AutoConfig": "modeling_yue2.YuE2Config", "AutoModelForCausalLM": "modeling_yue2.YuE2ForCausalLM"}
+VAE_JSON_FIELDS = ("sample_rate", "audio_channels", "latent_dim", "downsampling_ratio", "decode_core_frames",
+                   "decode_halo_frames", "encoder_config", "decoder_config", "release_variant")
+VAE_ENCODER_FIELDS = ("in_channels", "channels", "c_mults", "strides", "latent_dim", "use_snake")
+VAE_DECODER_FIELDS = ("out_channels", "channels", "c_mults", "strides", "latent_dim", "use_snake", "snake_type",
+                      "use_filter", "final_tanh")
+VAE_UNSUPPORTED = ("antialias_activation", "use_nearest_upsample")    # known to the release's loader; must be false
+VAE_ARCHITECTURES = ["YuE2VAE"]
+VAE_AUTO_MAP = {"AutoConfig": "modeling_vae.YuE2VAEConfig", "AutoModel": "modeling_vae.YuE2VAE"}
+
+
+def _known_keys(data: dict, known, where: str) -> None:
+    """Refuse a key that is neither a field nor bookkeeping, naming the closest known one."""
+    import difflib
+
+    for key in data:
+        if key not in known:
+            near = difflib.get_close_matches(key, list(known), n=1)
+            hint = f" (did you mean {near[0]!r}?)" if near else ""
+            raise ConfigError(f"{where}: unknown key {key!r}{hint}")
 
 
 def _read_json(path: Path) -> dict:
@@ -265,6 +289,7 @@ def model_config_from_json(path: Path) -> tuple[ModelConfig, str]:
     data = _read_json(path)
     if data.get("model_type") != "yue2":
         raise ConfigError(f"{path}: model_type must be 'yue2', got {data.get('model_type')!r}")
+    _known_keys(data, (*MODEL_JSON_FIELDS, "latent_type", "rope_scaling", *HF_BOOKKEEPING), str(path))
     if data.get("latent_type", "vae") != "vae":
         raise ConfigError(f"{path}: latent_type must be 'vae', got {data.get('latent_type')!r}")
     missing = [k for k in MODEL_JSON_FIELDS if k not in data]
@@ -282,8 +307,21 @@ def vae_config_from_json(path: Path) -> VaeConfig:
     where = str(path)
     if data.get("model_type") != "yue2_vae":
         raise ConfigError(f"{where}: model_type must be 'yue2_vae', got {data.get('model_type')!r}")
+    _known_keys(data, (*VAE_JSON_FIELDS, *HF_BOOKKEEPING), where)
+    for table, known in (("encoder_config", VAE_ENCODER_FIELDS), ("decoder_config", VAE_DECODER_FIELDS)):
+        part = data.get(table)
+        if not isinstance(part, dict):
+            raise ConfigError(f"{where}: {table} must be a table, got {part!r}")
+        _known_keys(part, (*known, *VAE_UNSUPPORTED), f"{where} {table}")
+        for key in VAE_UNSUPPORTED:
+            if part.get(key):
+                raise ConfigError(f"{where} {table}: {key} = {part[key]!r} is not supported (only the standard "
+                                  f"release: false)")
     try:
         dec, enc = data["decoder_config"], data["encoder_config"]
+        if int(data["latent_dim"]) != int(dec["latent_dim"]):
+            raise ConfigError(f"{where}: latent_dim {data['latent_dim']} differs from decoder_config.latent_dim "
+                              f"{dec['latent_dim']}")
         cfg = VaeConfig(
             sample_rate=int(data["sample_rate"]), audio_channels=int(data["audio_channels"]),
             latent_dim=int(dec["latent_dim"]), encoder_latent_dim=int(enc["latent_dim"]),
@@ -330,25 +368,28 @@ def from_checkpoint(model_dir: str | Path, vae_dir: str | Path) -> Yue2Config:
 
 
 def model_json(cfg: Yue2Config) -> dict:
-    """The MoT config.json a release would carry for this config."""
-    out = {"model_type": "yue2", "architectures": ["YuE2ForCausalLM"], "latent_type": "vae",
-           "torch_dtype": cfg.dtype}
+    """The MoT config.json the release carries, for this config (docs/model.md §11.2)."""
+    out = {"architectures": list(MODEL_ARCHITECTURES), "auto_map": dict(MODEL_AUTO_MAP), "model_type": "yue2",
+           "dtype": cfg.dtype, "latent_type": "vae"}
     out.update({k: getattr(cfg.model, k) for k in MODEL_JSON_FIELDS})
     return out
 
 
 def vae_json(cfg: Yue2Config) -> dict:
+    """The VAE config.json the release carries, for this config (docs/model.md §11.3); the encoder uses SnakeBeta."""
     v = cfg.vae
     common = {"channels": v.channels, "c_mults": list(v.c_mults), "strides": list(v.strides)}
     return {
-        "model_type": "yue2_vae", "architectures": ["YuE2Vae"], "release_variant": v.release_variant,
+        "architectures": list(VAE_ARCHITECTURES), "auto_map": dict(VAE_AUTO_MAP), "model_type": "yue2_vae",
+        "dtype": "float32", "release_variant": v.release_variant,
         "sample_rate": v.sample_rate, "audio_channels": v.audio_channels, "latent_dim": v.latent_dim,
         "downsampling_ratio": v.hop, "decode_core_frames": v.decode_core_frames,
         "decode_halo_frames": v.decode_halo_frames,
-        "encoder_config": {**common, "in_channels": v.audio_channels, "latent_dim": v.encoder_latent_dim},
-        "decoder_config": {**common, "out_channels": v.audio_channels, "latent_dim": v.latent_dim,
-                           "use_snake": v.use_snake, "snake_type": v.snake_type, "final_tanh": v.final_tanh,
-                           "use_filter": v.use_filter},
+        "encoder_config": {"in_channels": v.audio_channels, **common, "latent_dim": v.encoder_latent_dim,
+                           "use_snake": True},
+        "decoder_config": {"out_channels": v.audio_channels, **common, "latent_dim": v.latent_dim,
+                           "use_snake": v.use_snake, "snake_type": v.snake_type, "use_filter": v.use_filter,
+                           "final_tanh": v.final_tanh},
     }
 
 

@@ -95,17 +95,23 @@ def init_checkpoint(cfg: configs.Yue2Config, out_dir: str | Path, seed: int = 0,
         vae_dir.mkdir()
         meta = {"format": "pt", "yue2_farm_random_seed": str(seed), "yue2_farm_config": cfg.name}
         write_tensors(model_dir / WEIGHTS_FILE, random_model_tensors(cfg, seed, device), meta)
-        _write_json(model_dir / "config.json", configs.model_json(cfg))
-        _write_json(model_dir / "generation_config.json", configs.generation_json(cfg))
         if cfg.tokens.tokenizer == "tiktoken":
             write_synthetic_ranks(model_dir / TIKTOKEN_FILE, cfg.tokens.n_text)
         write_tensors(vae_dir / WEIGHTS_FILE, random_vae_tensors(cfg.vae, seed), meta)
-        _write_json(vae_dir / "config.json", configs.vae_json(cfg))
+        write_configs(cfg, model_dir, vae_dir)
         for sub in ("model", "vae"):
             (tmp / sub).rename(out_dir / sub)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out_dir / "model", out_dir / "vae"
+
+
+def write_configs(cfg: configs.Yue2Config, model_dir: Path, vae_dir: Path) -> None:
+    """The checkpoint's JSON files, as the release has them: model/config.json, model/generation_config.json (our
+    sampling defaults) and vae/config.json."""
+    _write_json(Path(model_dir) / "config.json", configs.model_json(cfg))
+    _write_json(Path(model_dir) / "generation_config.json", configs.generation_json(cfg))
+    _write_json(Path(vae_dir) / "config.json", configs.vae_json(cfg))
 
 
 def _write_json(path: Path, data: dict) -> None:

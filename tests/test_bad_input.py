@@ -3,6 +3,7 @@ naming the file, track and field (or the flag), with no traceback, nothing writt
 started nor a model loaded (both are made to explode if anything reaches them)."""
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import socket
@@ -66,6 +67,11 @@ def world(tmp_path_factory, tiny_ckpt_dir):
         else:
             tensors[victim] = tensors[victim][:, :-1].contiguous()
         save_file(tensors, weights)
+    typo = w / "ckpt-typo"                      # a misspelled key in config.json is refused, not ignored
+    shutil.copytree(tiny_ckpt_dir, typo)
+    config = json.loads((typo / "model" / "config.json").read_text())
+    config["num_hiden_layers"] = config.pop("num_hidden_layers")
+    (typo / "model" / "config.json").write_text(json.dumps(config))
     return w
 
 
@@ -144,6 +150,8 @@ RENDER = [
     ("ckpt-misshaped", ["{w}/good.toml", "--model", "{w}/ckpt-misshaped"],
      "tensor 'model.layers.1.mlp.down_proj.weight' has shape"),
     ("ckpt-truncated", ["{w}/good.toml", "--model", "{w}/ckpt-truncated"], "not a readable safetensors file"),
+    ("ckpt-config-typo", ["{w}/good.toml", "--model", "{w}/ckpt-typo"],
+     "ckpt-typo/model/config.json: unknown key 'num_hiden_layers' (did you mean 'num_hidden_layers'?)"),
     ("vae-truncated", ["{w}/good.toml", "--model", "{w}/ckpt-vaecut"], "vae/model.safetensors: not a readable"),
     ("out-is-file", ["{w}/good.toml", "--out", "{w}/file.out"], "--out {w}/file.out: is a file"),
     ("out-unknown-protocol", ["{w}/good.toml", "--out", "foo://bucket/x"], "--out foo://bucket/x:"),

@@ -3,18 +3,22 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
+from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 
 from stages.checkpoint import CheckpointError, load_tensors, read_header, write_tensors
-from stages.config import ConfigError, from_checkpoint, from_toml
+from stages.config import (ConfigError, from_checkpoint, from_toml, model_config_from_json,
+                           vae_config_from_json)
 from stages.transformer import AR, HEAD, NAR, expected_shapes
-from stages.weights import ALL_PARTS, load_model
+from stages.weights import ALL_PARTS, load_model, write_configs
 
 FULL = 12 + 22 * 2   # tiny: 2 layers
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_written_checkpoint_has_the_released_layout(tiny_ckpt_dir, tiny_cfg):
@@ -41,6 +45,72 @@ def test_release_shapes_match_the_published_parameter_counts():
 
 def test_config_json_reads_back_as_the_toml_dataclass(tiny_ckpt_dir, tiny_cfg):
     assert from_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae") == tiny_cfg
+
+
+def released(kind: str) -> dict:
+    """The released config.json of docs/model.md §11 (the ```json model / ```json vae blocks)."""
+    text = (ROOT / "docs" / "model.md").read_text()
+    block = re.search(rf"```json {kind}\n(.*?)```", text, re.S).group(1)
+    return json.loads(block)
+
+
+def key_tree(data):
+    return {k: key_tree(v) if isinstance(v, dict) and k.endswith("_config") else None for k, v in data.items()}
+
+
+def test_yue2_3b_configs_are_the_released_ones(tmp_path):
+    """What the writer puts in config.json for yue2-3b is the release's, key for key and value for value; the
+    files read back as the TOML dataclass."""
+    cfg = from_toml(ROOT / "configs" / "models" / "yue2-3b.toml")
+    model_dir, vae_dir = tmp_path / "model", tmp_path / "vae"
+    model_dir.mkdir()
+    vae_dir.mkdir()
+    write_configs(cfg, model_dir, vae_dir)
+    assert json.loads((model_dir / "config.json").read_text()) == released("model")
+    assert json.loads((vae_dir / "config.json").read_text()) == released("vae")
+    model, dtype = model_config_from_json(model_dir / "config.json")
+    assert model == cfg.model and dtype == "bfloat16"
+    assert vae_config_from_json(vae_dir / "config.json") == cfg.vae
+
+
+def test_tiny_configs_have_the_released_keys(tiny_ckpt_dir):
+    model = json.loads((tiny_ckpt_dir / "model" / "config.json").read_text())
+    vae = json.loads((tiny_ckpt_dir / "vae" / "config.json").read_text())
+    assert key_tree(model) == key_tree(released("model")) and key_tree(vae) == key_tree(released("vae"))
+    assert vae["encoder_config"]["use_snake"] is True and vae["architectures"] == ["YuE2VAE"]
+
+
+@pytest.mark.parametrize("which, change, message", [
+    ("model", lambda d: d.update(num_hiden_layers=d.pop("num_hidden_layers")),
+     r"unknown key 'num_hiden_layers' \(did you mean 'num_hidden_layers'\?\)"),
+    ("model", lambda d: d.pop("head_dim"), r"missing key\(s\) head_dim"),
+    ("model", lambda d: d.update(latent_type="image"), r"latent_type must be 'vae'"),
+    ("vae", lambda d: d.update(sample_rat=48000), r"unknown key 'sample_rat' \(did you mean 'sample_rate'\?\)"),
+    ("vae", lambda d: d.pop("decode_halo_frames"), r"missing key 'decode_halo_frames'"),
+    ("vae", lambda d: d["decoder_config"].update(stride=[2]), r"decoder_config: unknown key 'stride'"),
+    ("vae", lambda d: d["encoder_config"].update(antialias_activation=True), r"antialias_activation = True is not"),
+    ("vae", lambda d: d.update(latent_dim=32), r"latent_dim 32 differs from decoder_config.latent_dim"),
+])
+def test_a_wrong_config_json_key_is_refused_naming_file_and_key(tiny_ckpt_dir, tmp_path, which, change, message):
+    ckpt = tmp_path / "ck"
+    shutil.copytree(tiny_ckpt_dir, ckpt)
+    path = ckpt / which / "config.json"
+    data = json.loads(path.read_text())
+    change(data)
+    path.write_text(json.dumps(data))
+    with pytest.raises(ConfigError, match=re.escape(str(path)) + ".*" + message):
+        from_checkpoint(ckpt / "model", ckpt / "vae")
+
+
+def test_hugging_face_bookkeeping_is_accepted(tiny_ckpt_dir, tmp_path):
+    ckpt = tmp_path / "ck"
+    shutil.copytree(tiny_ckpt_dir, ckpt)
+    path = ckpt / "model" / "config.json"
+    data = json.loads(path.read_text())
+    data.update(transformers_version="4.57.6", use_cache=True, torch_dtype="float32")
+    path.write_text(json.dumps(data))
+    assert from_checkpoint(ckpt / "model", ckpt / "vae").model == from_toml(
+        ROOT / "configs" / "models" / "tiny.toml").model
 
 
 def test_unknown_and_missing_toml_keys_are_named(tmp_path):
