@@ -9,12 +9,13 @@ import of `stages` or `farm`. The farm calls:
     new_state / start_at / next_dispatch / apply / finish / fail         the dispatch rule the Ray driver executes
 
 Rooms: gpus (catalogue, NVML), profiles (cluster TOML), workload (model and track shapes), memory and costs (GiB and
-seconds per stage per card), calibration (efficiency factors), roles / estimate / placement (the planner),
+seconds per stage per card), calibration and fitting (efficiency factors), roles / estimate / placement (the planner),
 dispatch and simulate (running a plan).
 """
-from .calibration import Calibration, Measured, default_calibration, load_calibration, write_calibration
+from .calibration import Calibration, default_calibration, load_calibration
 from .dispatch import (Assign, DispatchState, WorkerSlot, apply, fail, finish, new_state, next_dispatch, start_at,
                        workers_from_plan)
+from .fitting import Measured, write_calibration
 from .gpus import CATALOGUE, GpuDevice, GpuSpec, cpu_device, lookup, probe_nvml
 from .memory import MemoryNeed, card_memory, stage_memory, vendor_single_card
 from .placement import exhaustive_plan, plan

@@ -1,8 +1,7 @@
 """Efficiency factors that turn roofline times into predicted times, read from and written to TOML.
 
-Responsible for: the `Calibration` record, reading `configs/calibration/*.toml`, and `write_calibration`, which
-turns measured per-stage seconds of a known track on a known GPU into factors. Not responsible for: the formulas the
-factors scale (costs.py). Factors are fractions of the catalogue's datasheet peaks, so a factor measured on one GPU
+Responsible for: the `Calibration` record, finding the shipped files, and reading and writing their TOML. Not
+responsible for: the formulas the factors scale (costs.py) or fitting them to measurements (fitting.py). Factors are fractions of the catalogue's datasheet peaks, so a factor measured on one GPU
 can stand in for another of the same kind until that one is measured too.
 """
 from __future__ import annotations
@@ -11,7 +10,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .workload import TrackShape
 
 DEFAULT_GPU = "H200"
 
@@ -118,30 +116,6 @@ def default_calibration() -> Calibration:
     """The shipped H200 calibration (the engines team keeps it measured), else the built-in factors. The one rule
     for which calibration a plan uses when none is given; other GPU models use theirs (PlanOptions.calibrations)."""
     return next((c for c in shipped_calibrations() if c.gpu == DEFAULT_GPU), Calibration())
-
-
-@dataclass(frozen=True)
-class Measured:
-    """What a benchmark measured: seconds per stage for one track alone (batch 1) on one GPU model.
-
-    `ar_tokens_per_s` optionally maps AR batch size -> aggregate tokens/s at this track's semantic-stage context; two
-    or more points let the AR step overhead and the per-track overhead be fitted separately. `stage_tokens_per_s`
-    does the same per AR stage ({"plan": {batch: tokens/s}, "semantic": {...}}) for per-stage overheads.
-    """
-    gpu: str
-    track: TrackShape
-    seconds: dict                     # stage -> seconds (any subset of plan, semantic, acoustic, decode)
-    ar_tokens_per_s: dict = field(default_factory=dict)
-    stage_tokens_per_s: dict = field(default_factory=dict)
-    source: str = "measured"
-
-
-def write_calibration(path: str | Path, measured: Measured, base: Calibration | None = None, model=None) -> Calibration:
-    """Fit factors to `measured`, write them as TOML to `path`, and return them (stages not measured keep `base`)."""
-    from .costs import fit_calibration  # costs imports this module; the fit needs its formulas
-    fitted = fit_calibration(measured, base or Calibration(), model)
-    Path(path).write_text(calibration_toml(fitted), encoding="utf-8")
-    return fitted
 
 
 def calibration_toml(cal: Calibration) -> str:

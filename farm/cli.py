@@ -199,7 +199,8 @@ def dashboard_command(
     """Serve the live page for an album folder (its metrics and live.json), until Ctrl-C."""
     import time
 
-    from .dashboard.server import album_stats_fn, serve
+    from .dashboard.server import serve
+    from .live import album_stats_fn
     from .store import Store
 
     if not Store(out).exists("live.json") and not Store(out).exists("metrics.parquet"):

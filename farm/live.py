@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Callable
 
 from . import aggregate
+from .eventlog import PartsReader, event_rows
 from .gpumon import GpuMonitor
 from .jobs import StageEvent
-from .eventlog import event_rows
 from .prometheus import RayMetrics
 from .store import Store
 
@@ -86,3 +87,17 @@ def read_live(store: Store) -> dict:
         return json.loads(store.read_bytes(LIVE))
     except (FileNotFoundError, ValueError):
         return {}
+
+
+def album_stats_fn(out: str) -> Callable[[], dict]:
+    """Figures of an album folder (a render running elsewhere, or finished): its metric parts and live.json."""
+    store = Store(out)
+    reader = PartsReader(store)          # each metric file is read once, however often the page polls
+
+    def stats() -> dict:
+        live = read_live(store)
+        rows = reader.table().to_pylist()
+        running = live.get("state") == "running"
+        return aggregate.album_stats(rows, now=time.time() if running else None, live=live,
+                                     gpu_samples=live.get("gpu_samples", []), title=live.get("album", ""))
+    return stats

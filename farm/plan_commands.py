@@ -9,8 +9,8 @@ import json
 import socket
 from pathlib import Path
 
-from cluster.calibration import (Measured, calibration_dir, load_calibration, shipped_calibrations,
-                                 write_calibration)
+from cluster.calibration import calibration_dir, load_calibration, shipped_calibrations
+from cluster.fitting import Measured, write_calibration
 from cluster.gpus import GpuDevice, lookup, probe_nvml
 from cluster.profiles import load_profile, profile_inventory
 from cluster.roles import PlanOptions

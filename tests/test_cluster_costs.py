@@ -4,7 +4,8 @@ import pathlib
 
 import pytest
 
-from cluster.calibration import Calibration, Measured, default_calibration, load_calibration, write_calibration
+from cluster.calibration import Calibration, default_calibration, load_calibration
+from cluster.fitting import Measured, write_calibration
 from cluster.costs import card_speed, job_seconds, stage_load, stage_timing, step_seconds, track_work
 from cluster.gpus import GIB, device_from_spec, lookup
 from cluster.memory import card_memory, peaks, refusal, stage_memory, usable_gib, vendor_single_card

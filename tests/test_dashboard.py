@@ -173,7 +173,8 @@ def test_prometheus_export_through_ray_and_the_farm_endpoint(rendered, ray_clust
     assert any('stage="semantic"' in line for line in lines)
     # the dashboard's own /metrics (for clusters without Ray's metrics agent) renders the same figures under the
     # same names (Ray adds its ray_ prefix) and labels
-    from farm.dashboard.server import album_stats_fn, serve
+    from farm.dashboard.server import serve
+    from farm.live import album_stats_fn
 
     server, page = serve(album_stats_fn(str(out)), port=0)
     try:

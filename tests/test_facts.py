@@ -1,4 +1,4 @@
-"""Facts that must live in two places because stages/ (torch) and cluster/ (no torch) never import each other:
+"""The house: facts that must live in two places because stages/ (torch) and cluster/ (no torch) never import each other:
 the copies agree. Everywhere else the farm imports the one home (cluster.workload for stage names, units and the
 frame rate; farm.raycluster.resource_name for a card's Ray resource)."""
 from __future__ import annotations
@@ -42,3 +42,50 @@ def test_no_module_spells_a_shared_fact_again():
                     found[fact].add(str(path.relative_to(ROOT)))
     for fact, where in found.items():
         assert where <= allowed[fact], (fact, sorted(where - allowed[fact]))
+
+
+def _imports() -> dict[str, set[str]]:
+    """Module → the project modules it imports anywhere in its body (deferred imports included)."""
+    import ast
+
+    mods = {}
+    for room in ("farm", "cluster", "stages"):
+        for path in (ROOT / room).rglob("*.py"):
+            name = ".".join(path.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+            mods[name] = path
+    graph = {m: set() for m in mods}
+    for name, path in mods.items():
+        package = name if path.name == "__init__.py" else name.rsplit(".", 1)[0]
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.ImportFrom):
+                base = package.split(".")[:len(package.split(".")) - node.level + 1] if node.level else []
+                target = ".".join(base + ([node.module] if node.module else []))
+                for alias in node.names:
+                    full = f"{target}.{alias.name}"
+                    graph[name].add(full if full in mods else target)
+            elif isinstance(node, ast.Import):
+                graph[name].update(alias.name for alias in node.names)
+    return {m: {t for t in targets if t in mods and t != m} for m, targets in graph.items()}
+
+
+def _cycle_through(graph: dict[str, set[str]], start: str) -> bool:
+    seen, todo = set(), list(graph[start])
+    while todo:
+        node = todo.pop()
+        if node == start:
+            return True
+        if node not in seen:
+            seen.add(node)
+            todo.extend(graph.get(node, ()))
+    return False
+
+
+def test_no_module_imports_another_in_a_cycle_and_the_doors_open_one_way():
+    assert _cycle_through({"a": {"b"}, "b": {"c"}, "c": {"a"}}, "a")           # the check can fail
+    assert not _cycle_through({"a": {"b"}, "b": {"c"}, "c": set()}, "a")
+    graph = _imports()
+    assert [m for m in graph if _cycle_through(graph, m)] == []
+    for module, targets in graph.items():
+        room = module.split(".")[0]
+        others = {t.split(".")[0] for t in targets} - {room}
+        assert not (room in ("stages", "cluster") and others), (module, others)   # stages and cluster stand alone

@@ -1,4 +1,4 @@
-"""Serve the dashboard: `serve(stats_fn)` in a daemon thread, or `serve_album(out)` for an album folder."""
+"""Serve the dashboard: `serve(stats_fn)` in a daemon thread (for an album folder: `farm.live.album_stats_fn`)."""
 from __future__ import annotations
 
 import json
@@ -64,28 +64,3 @@ class _Handler(BaseHTTPRequestHandler):
 
     def log_message(self, *args) -> None:   # quiet: the render's own output matters more
         pass
-
-
-def album_stats_fn(out: str) -> Callable[[], dict]:
-    """Figures of an album folder (a render running elsewhere, or finished): its metric parts and live.json."""
-    from .. import aggregate
-    from ..live import read_live
-    from ..metrics import PartsReader
-    from ..store import Store
-
-    store = Store(out)
-    reader = PartsReader(store)          # each metric file is read once, however often the page polls
-
-    def stats() -> dict:
-        live = read_live(store)
-        rows = reader.table().to_pylist()
-        running = live.get("state") == "running"
-        return aggregate.album_stats(rows, now=_now() if running else None, live=live,
-                                     gpu_samples=live.get("gpu_samples", []), title=live.get("album", ""))
-    return stats
-
-
-def _now() -> float:
-    import time
-
-    return time.time()
