@@ -36,6 +36,14 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
                                        help="'tiny' (random, created on first use) or a checkpoint directory.")]
 VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when --model is a bare model dir.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+# One meaning per flag name: `--json PATH` writes a report file (the benchmarks); how a command prints is --format.
+OutputOpt = Annotated[str, typer.Option("--format", help="How to print it: table or json.")]
+
+
+def _as_json(output: str) -> bool:
+    if output not in ("table", "json"):
+        fail(f"--format must be table or json, got {output!r}")
+    return output == "json"
 
 
 def main() -> None:
@@ -249,12 +257,12 @@ def plan(
     tracks: TracksOpt = None,
     seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
     mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the plan as JSON.")] = False,
+    output: OutputOpt = "table",
 ) -> None:
     """Which stage runs on which card, how many replicas and batches, the bottleneck and the ETA — with reasons."""
     from .plan_commands import plan_command
 
-    typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, as_json))
+    typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, _as_json(output)))
 
 
 @app.command()
@@ -264,12 +272,12 @@ def simulate(
     tracks: TracksOpt = None,
     seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
     mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
-    as_json: Annotated[bool, typer.Option("--json", help="Print the result as JSON.")] = False,
+    output: OutputOpt = "table",
 ) -> None:
     """Run the planner's plan through a discrete-event simulation of the farm's dispatch: makespan, use, queues."""
     from .plan_commands import simulate_command
 
-    typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, as_json))
+    typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, _as_json(output)))
 
 
 @app.command()
