@@ -195,6 +195,8 @@ OTHERS = [
     ("plan-profile-unknown-gpu", ["plan", "--cluster", "{w}/profile.toml"], "unknown GPU model"),
     ("plan-album-missing", ["plan", "--album", "{w}/nope.toml", "--cluster", "configs/clusters/home-lab.toml"],
      "no such album spec"),
+    ("plan-format", ["plan", "--cluster", "configs/clusters/h200.toml", "--format", "yaml"],
+     "--format must be table or json, got 'yaml'"),
     ("simulate-tracks-negative", ["simulate", "--tracks", "-3"], "--tracks"),
     ("simulate-tracks-zero", ["simulate", "--tracks", "0"], "--tracks"),
     ("simulate-profile-broken", ["simulate", "--cluster", "{w}/broken.toml", "--tracks", "2"], "not valid TOML"),
