@@ -3,6 +3,10 @@
 ```toml
 title = "Paper Boats"                    # required
 model = "tiny"                           # optional: what `farm render` uses when --model is not given
+artist = "The Paper Boats"               # optional: the ARTIST tag of the mastered files
+[master]                                 # optional; the defaults below. `master = false`: no mastering
+lufs = -14.0                             # integrated loudness of each mastered track (ITU-R BS.1770)
+true_peak = -1.0                         # ceiling in dBTP (4x oversampled)
 [defaults]                               # optional; any track key except title/lyrics/abc
 style = "lo-fi pop, warm piano"
 cot = "full"
@@ -28,6 +32,7 @@ from pathlib import Path
 from stages.protocol import COT_MODES, DEFAULT_SEED
 
 from .errors import UserError, read_user_text
+from .mastering import MasterSpec
 
 TRACK_KEYS = {"title", "style", "lyrics", "lyrics_file", "cot", "seed", "guidance", "abc", "abc_file",
               "max_semantic_tokens", "sampling"}
@@ -70,6 +75,8 @@ class AlbumSpec:
     title: str
     model: str | None
     tracks: tuple[TrackSpec, ...]
+    master: MasterSpec | None = MasterSpec()      # None: `master = false`
+    artist: str | None = None
 
     @property
     def slug(self) -> str:
@@ -110,8 +117,12 @@ def load_album(path: str | Path) -> AlbumSpec:
         raise AlbumError([f"{path}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
     where = str(path)
-    for key in sorted(set(data) - {"title", "model", "defaults", "tracks"}):
+    for key in sorted(set(data) - {"title", "model", "artist", "master", "defaults", "tracks"}):
         problems.append(f"{where}: unknown key {key!r}")
+    artist = data.get("artist")
+    if artist is not None and (not isinstance(artist, str) or not artist.strip() or not artist.isprintable()):
+        problems.append(f"{where}: artist: must be printable text")
+    master = _master(data.get("master", {}), where, problems)
     title = data.get("title")
     if not isinstance(title, str) or not title.strip():
         problems.append(f"{where}: title: required, a non-empty string")
@@ -131,7 +142,27 @@ def load_album(path: str | Path) -> AlbumSpec:
     _check_unique(tracks, where, problems)
     if problems:
         raise AlbumError(problems)
-    return AlbumSpec(path, title.strip(), model, tuple(tracks))
+    return AlbumSpec(path, title.strip(), model, tuple(tracks), master, artist.strip() if artist else None)
+
+
+MASTER_RANGES = {"lufs": (-40.0, -5.0), "true_peak": (-12.0, 0.0)}
+
+
+def _master(value, where: str, problems: list[str]) -> MasterSpec | None:
+    """`[master]` (lufs, true_peak) or `master = false`."""
+    if value is False:
+        return None
+    if not isinstance(value, dict):
+        problems.append(f"{where}: master: a [master] table, or false for no mastering; got {value!r}")
+        return None
+    for key in sorted(set(value) - set(MASTER_RANGES)):
+        problems.append(f"{where}: master.{key}: unknown key (known: {', '.join(MASTER_RANGES)})")
+    for key, (low, high) in MASTER_RANGES.items():
+        v = value.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not low <= v <= high):
+            problems.append(f"{where}: master.{key}: must be a number in [{low:g}, {high:g}], got {v!r}")
+    return MasterSpec(**{k: float(v) for k, v in value.items() if k in MASTER_RANGES
+                         and isinstance(v, (int, float)) and not isinstance(v, bool)})
 
 
 def _check_fields(table: dict, allowed: set[str], where: str, problems: list[str]) -> None:

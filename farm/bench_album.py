@@ -33,8 +33,9 @@ def track_lengths(n: int, plan_tokens: int, semantic_tokens: int, mixed: bool) -
 
 
 def album_spec(lengths: list[tuple[int, int]], lyrics: str) -> str:
-    """An album with one track per (plan, semantic) pair, its lengths forced through the sampling overrides."""
-    head = (f'title = "Bench {len(lengths)} tracks"\n[defaults]\n'
+    """An album with one track per (plan, semantic) pair, its lengths forced through the sampling overrides; no
+    mastering (the benchmark measures the render)."""
+    head = (f'title = "Bench {len(lengths)} tracks"\nmaster = false\n[defaults]\n'
             f'style = "{BENCH_STYLE}"\ncot = "full"\nseed = 1\n')
     body = "".join(f'[[tracks]]\ntitle = "Bench {i:02d}"\nlyrics = """\n{lyrics}"""\n'
                    f"[tracks.sampling.plan]\nmin_tokens = {plan}\nmax_tokens = {plan}\n"

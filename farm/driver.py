@@ -126,7 +126,7 @@ def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
 
 
 def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, started: float) -> RenderResult:
-    from . import deploy, manifest, raycluster
+    from . import deploy, manifest, mastering, raycluster
     from .live import LiveView
     from .report import write_report
 
@@ -158,6 +158,10 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
             where = deploy.worker_reports(slots)
         workers = recovery.Workers(slots, specs, deploy.launch, opts.stall_seconds)
         pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress, store)
+        pipeline.master = mastering.AlbumMaster(store, album, jobs, identity)
+        for job in jobs:
+            if job not in todo:              # finished in an earlier run: master it while the others render
+                pipeline.master.submit(job.key)
         view = LiveView(store, run_id, album.title, deploy.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)
         pipeline.view = view
@@ -166,11 +170,17 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         except BaseException:          # Ctrl-C, SIGTERM: keep what finished, say the album stopped
             log.flush()
             view.close("stopped")
+            pipeline.master.abandon()
             raise
         try:
             log.flush(strict=True)
             eventlog.compact(store)
             rows = manifest.write_album(store, album, jobs, failures, identity, ckpt.cfg)
+            mastered = pipeline.master.finish({r["folder"] for r in rows if r["status"] == "done"})
+            if mastered is not None:
+                logs.log.info("mastered %d track(s) to %.1f LUFS, ceiling %.1f dBTP%s", len(mastered["tracks"]),
+                              album.master.lufs, album.master.true_peak,
+                              "; album.flac and album.cue written" if "album_samples" in mastered else "")
             view.close()
             write_report(store)
         except OSError as exc:         # a full disk, most likely: what finished is kept, a rerun completes it
@@ -206,7 +216,7 @@ class Pipeline:
         now = time.time()
         self.ready_at = {(j.number, j.stages[starts[j.key]]): now for j in todo}
         self.status = {j.key: "queued" if j in todo else "done" for j in jobs}
-        self.all_jobs, self.view = jobs, None
+        self.all_jobs, self.view, self.master = jobs, None, None
         self.drained = time.monotonic()
 
     def _note(self, text: str) -> None:
@@ -329,6 +339,8 @@ class Pipeline:
             self.status[job.key] = "failed"
         elif stage == job.stages[-1]:
             self.status[job.key] = "done"
+            if self.master is not None:
+                self.master.submit(job.key)
         self.log.add(event)
         self.log.flush()
         if event.ok:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from typer.testing import CliRunner
@@ -65,6 +66,42 @@ def test_render_log_holds_the_plan_each_call_and_the_workers_lines(rendered):
     for track in ("01-one", "02-two", "03-three"):
         assert f"{track} decode done in" in text, track
     assert "worker " in text and "engines " in text and "loaded" in text     # a line drained from a worker
+
+
+def test_mastered_tracks_album_flac_cue_and_tags(rendered):
+    """The album step: each track at -14 LUFS (±0.5 LU) under -1 dBTP, measured on the written files; album.flac is
+    the mastered tracks in order, its cue indexes on their boundaries to the sample; tags read back; the raw renders
+    stay as they were (the byte-identity test above compares them with the sequential path)."""
+    import io
+
+    import pyloudnorm
+    import soundfile as sf
+    from mutagen.flac import FLAC
+    from scipy.signal import resample_poly
+
+    out = rendered[0]
+    folders = ["01-one", "02-two", "03-three"]
+    lengths = []
+    for number, folder in enumerate(folders, start=1):
+        audio, rate = sf.read(out / folder / "audio.master.flac", always_2d=True)
+        assert abs(pyloudnorm.Meter(rate).integrated_loudness(audio) - (-14.0)) <= 0.5, folder
+        assert 20 * np.log10(np.abs(resample_poly(audio, 4, 1, axis=0)).max()) <= -1.0 + 0.05, folder
+        assert len(audio) % 640 == 0                      # whole CD frames: the cue indexes are exact
+        tags = FLAC(out / folder / "audio.master.flac")
+        assert tags["TRACKNUMBER"] == [str(number)] and tags["TRACKTOTAL"] == ["3"] and tags["ALBUM"] == ["Farm Test"]
+        assert tags["YUE2_SEED"][0].isdigit() and len(tags["YUE2_SETTINGS"][0]) == 64
+        lengths.append(len(audio))
+    album, _ = sf.read(out / "album.flac", always_2d=True)
+    assert len(album) == sum(lengths)
+    starts = [0] + list(np.cumsum(lengths)[:-1])
+    indexes = [line.split()[-1] for line in (out / "album.cue").read_text().splitlines() if "INDEX 01" in line]
+    as_samples = [(int(m) * 60 * 75 + int(s) * 75 + int(f)) * 640 for m, s, f in (i.split(":") for i in indexes)]
+    assert as_samples == starts
+    assert "TRACK 03 AUDIO" in FLAC(out / "album.flac")["CUESHEET"][0]
+    first, _ = sf.read(io.BytesIO((out / "01-one" / "audio.master.flac").read_bytes()), always_2d=True)
+    assert np.array_equal(album[:len(first)], first)
+    report = json.loads((out / "mastering.json").read_text())
+    assert report["album_samples"] == sum(lengths) and set(report["tracks"]) == set(folders)
 
 
 def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1) -> dict:
@@ -289,8 +326,9 @@ def _planned(plan) -> dict[str, set[tuple[str, str]]]:
 
 def test_heterogeneous_nodes_get_the_stages_the_planner_chose(ray_cluster, tiny_ckpt_dir, tmp_path):
     """Home lab (3050 Laptop, 4090, RTX PRO 6000 on three nodes), 24 tracks: each worker runs on exactly the card
-    the plan chose, Ray-assigned by that card's own resource; the 3050 hosts decode alone (nothing else fits in
-    its 4 GiB), acoustic and plan go to the PRO 6000 (most compute, most bandwidth)."""
+    the plan chose, Ray-assigned by that card's own resource; the 3050 can host decode alone (nothing else fits in
+    its 4 GiB; with AR running beside acoustic on the big cards the planner may leave it idle), acoustic and plan
+    go to the PRO 6000 (most compute, most bandwidth)."""
     path = tmp_path / "lab.toml"
     tracks = "".join(f'[[tracks]]\ntitle = "Song {i}"\nlyrics = "la {i}"\n' for i in range(1, 25))
     path.write_text(ALBUM.split("[[tracks]]")[0].replace("max_tokens = 40", "max_tokens = 12") + tracks)
@@ -299,18 +337,21 @@ def test_heterogeneous_nodes_get_the_stages_the_planner_chose(ray_cluster, tiny_
     assert not result.failures
     plan, planned = result.plan, _planned(result.plan)
     assert _placed(result) == planned
-    assert {w.stage for w in plan.workers if w.model == "RTX 3050 Laptop"} == {"decode"}
+    assert {w.stage for w in plan.workers if w.model == "RTX 3050 Laptop"} <= {"decode"}
     assert ("RTX PRO 6000 Blackwell", "farm_gpu_VIRT-lab-workstation-0") in planned["acoustic"]
     assert ("RTX PRO 6000 Blackwell", "farm_gpu_VIRT-lab-workstation-0") in planned["plan"]
     events = pq.read_table(tmp_path / "lab" / "metrics.parquet").to_pylist()
     for e in events:   # every call ran on a card planned for its stage
         assert (e["gpu"], f"farm_gpu_{e['gpu_uuid']}") in planned[e["stage"]], e
-    assert "RTX 3050 Laptop" in {e["gpu"] for e in events if e["stage"] == "decode"}
+    assert {e["stage"] for e in events if e["gpu"] == "RTX 3050 Laptop"} <= {"decode"}
 
 
 def test_one_node_with_two_card_models_is_placed_card_by_card(ray_cluster, album, tiny_ckpt_dir, tmp_path):
+    """A 4090 and a 3050 Laptop in one host: each worker runs on its own card model. (Pinned: with AR running beside
+    acoustic on the 4090, the planner may keep decode there too and leave the 3050 idle.)"""
+    pins = ("plan=mixed-desk/0", "semantic=mixed-desk/0", "acoustic=mixed-desk/0", "decode=mixed-desk/1")
     result = render_album(album, RenderOptions(out=str(tmp_path / "mixed"), model=str(tiny_ckpt_dir),
-                                               cluster=PROFILES / "mixed.toml", progress=False))
+                                               cluster=PROFILES / "mixed.toml", progress=False, pins=pins))
     assert not result.failures
     placed = _placed(result)
     assert placed == _planned(result.plan)
