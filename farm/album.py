@@ -30,17 +30,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.protocol import COT_MODES, DEFAULT_SEED
+from stages.vae import PRECISIONS
 
 from .errors import UserError, read_user_text
 from .mastering import MasterSpec
 
 TRACK_KEYS = {"title", "style", "lyrics", "lyrics_file", "cot", "seed", "guidance", "abc", "abc_file",
-              "max_semantic_tokens", "sampling"}
+              "max_semantic_tokens", "sampling", "decode_precision"}
 DEFAULT_KEYS = TRACK_KEYS - {"title", "lyrics", "lyrics_file", "abc", "abc_file"}
 SAMPLING_KEYS = {"temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                  "penalty_window": int, "min_tokens": int, "max_tokens": int}
 TYPES = {"title": str, "style": str, "lyrics": str, "lyrics_file": str, "cot": str, "seed": int, "guidance": float,
-         "abc": str, "abc_file": str, "max_semantic_tokens": int, "sampling": dict}
+         "abc": str, "abc_file": str, "max_semantic_tokens": int, "sampling": dict, "decode_precision": str}
 
 
 class AlbumError(UserError):
@@ -63,6 +64,7 @@ class TrackSpec:
     abc_ids: tuple[int, ...] | None = None
     max_semantic_tokens: int | None = None
     sampling: dict = field(default_factory=dict)   # {"plan": {...}, "semantic": {...}} overrides
+    decode_precision: str = "fp32"                 # "tf32": the faster VAE mode (stages.vae.PRECISIONS)
 
     @property
     def label(self) -> str:
@@ -178,6 +180,9 @@ def _check_fields(table: dict, allowed: set[str], where: str, problems: list[str
             problems.append(f"{where}: {key}: must be {expected.__name__}, got {type(value).__name__} {value!r}")
     if isinstance(table.get("sampling"), dict):
         _check_sampling(table["sampling"], where, problems)
+    if isinstance(table.get("decode_precision"), str) and table["decode_precision"] not in PRECISIONS:
+        problems.append(f"{where}: decode_precision: must be one of {', '.join(PRECISIONS)}, "
+                        f"got {table['decode_precision']!r}")
     if isinstance(table.get("cot"), str) and table["cot"] not in COT_MODES:
         problems.append(f"{where}: cot: must be one of {', '.join(COT_MODES)}, got {table['cot']!r}")
     if isinstance(table.get("seed"), int) and not 0 <= table["seed"] < 2 ** 63:
@@ -232,7 +237,8 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
                 for k in ("plan", "semantic")}
     return TrackSpec(number=number, title=title.strip(), folder=track_folder(number, title.strip()), style=style,
                      lyrics=lyrics, cot=cot, seed=seed, guidance=merged.get("guidance"), abc=abc, abc_ids=abc_ids,
-                     max_semantic_tokens=merged.get("max_semantic_tokens"), sampling=sampling)
+                     max_semantic_tokens=merged.get("max_semantic_tokens"), sampling=sampling,
+                     decode_precision=merged.get("decode_precision", "fp32"))
 
 
 def _text_field(raw: dict, inline: str, file_key: str, spec_path: Path, where: str, problems: list[str],

@@ -67,10 +67,43 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
            "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "total_seconds": total,
            "prompt_tokens": len(plan_prefix(request, ckpt.tokenizer, ckpt.cfg.tokens))}
     print_table(rows, env)
-    report = {"environment": env, "rows": rows}
+    precisions = decode_precisions(engines, runs[-1].latents, settings, device)
+    report = {"environment": env, "rows": rows, "decode_precisions": precisions}
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=2) + "\n")
     return report
+
+
+def decode_precisions(engines, latents, settings, device: str) -> list[dict]:
+    """The song's latents decoded in every VAE precision (best of two, device synchronised), each against FP32:
+    the speed a faster mode buys and the error it costs, printed side by side."""
+    import numpy as np
+    import torch
+
+    from stages.vae import PRECISIONS, decode_audio
+
+    def sync():
+        if device.startswith("cuda"):
+            torch.cuda.synchronize()
+
+    out, reference = [], None
+    for precision in PRECISIONS:
+        best = float("inf")
+        for _ in range(2):
+            sync()
+            start = time.perf_counter()
+            audio = decode_audio(engines.decoder, latents, settings.vae_core_frames, settings.vae_halo_frames,
+                                 precision)
+            sync()
+            best = min(best, time.perf_counter() - start)
+        reference = audio if reference is None else reference
+        diff = np.abs(audio - reference)
+        out.append({"precision": precision, "seconds": best, "max_abs": float(diff.max()),
+                    "mean_abs": float(diff.mean())})
+    for r in out:
+        print(f"decode in {r['precision']}: {r['seconds']:.3f} s; audio vs FP32 max abs {r['max_abs']:.3g}, "
+              f"mean abs {r['mean_abs']:.3g}")
+    return out
 
 
 def _row(stage: str, timings: list, model_name: str) -> dict:

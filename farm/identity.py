@@ -64,7 +64,8 @@ def stage_keys(identity: dict, request, settings) -> dict[str, str]:
     semantic = _digest({"plan": plan, "semantic": s["semantic"], "cfg": request.cfg_scale, "sampler": s["sampler"]})
     acoustic = _digest({"semantic": semantic, "ode_steps": s["ode_steps"], "cond_end": s["cond_end"]})
     decode = _digest({"acoustic": acoustic, "vae": identity["vae"], "core": s["vae_core_frames"],
-                      "halo": s["vae_halo_frames"]})
+                      "halo": s["vae_halo_frames"],
+                      **({"precision": s["decode_precision"]} if s["decode_precision"] != "fp32" else {})})
     return {"plan": plan, "semantic": semantic, "acoustic": acoustic, "decode": decode}
 
 

@@ -92,7 +92,7 @@ def track_settings(track: TrackSpec, cfg, sampler: str = "fast") -> SongSettings
     semantic = _override(base.semantic, track.sampling.get("semantic", {}))
     plan.validate(f"track {track.number} sampling.plan")
     semantic.validate(f"track {track.number} sampling.semantic")
-    return replace(base, plan=plan, semantic=semantic)
+    return replace(base, plan=plan, semantic=semantic, decode_precision=track.decode_precision)
 
 
 def _override(s: Sampling, values: dict) -> Sampling:

@@ -43,8 +43,10 @@ def ar_figures(report: dict) -> dict[str, float]:
 def song_figures(report: dict) -> dict[str, float]:
     """The whole track, and the acoustic and decode stages alone (issue 9's `acoustic_s`, `decode_s`)."""
     seconds = {r["stage"]: r["seconds"] for r in report["rows"]}
+    tf32 = next((r for r in report.get("decode_precisions", []) if r["precision"] == "tf32"), {})
     return {"song_s": report["environment"]["total_seconds"], "acoustic_s": seconds.get("acoustic"),
-            "decode_s": seconds.get("decode")}
+            "decode_s": seconds.get("decode"), "decode_tf32_s": tf32.get("seconds"),
+            "decode_tf32_mean_abs": tf32.get("mean_abs"), "decode_tf32_max_abs": tf32.get("max_abs")}
 
 
 def acoustic_figures(report: dict) -> dict[str, float]:

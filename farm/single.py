@@ -28,6 +28,7 @@ class SongJob:
     device: str = "auto"
     force: bool = False
     sampler: str = "fast"
+    decode_precision: str = "fp32"
 
 
 def read_lyrics(path: Path) -> str:
@@ -58,6 +59,7 @@ def render_song_folder(job: SongJob) -> dict:
     from stages.protocol import COT_MODES, SongRequest
     from stages.requests import default_settings, open_checkpoint, validate
     from stages.song import SongEngines, render_song
+    from stages.vae import PRECISIONS
     from stages.weights import verify_checkpoint
 
     from .devices import pick_device
@@ -71,7 +73,10 @@ def render_song_folder(job: SongJob) -> dict:
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
     request = SongRequest(style=job.style, lyrics=lyrics, cot=job.cot, seed=job.seed, **abc)
-    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler)
+    if job.decode_precision not in PRECISIONS:
+        raise UserError(f"--decode-precision must be one of {', '.join(PRECISIONS)}, got {job.decode_precision!r}")
+    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler,
+                                decode_precision=job.decode_precision)
     validate(ckpt, request, settings)
     store = open_store(job.out)               # last: a probe write, once everything else is known to be right
     if not job.force and not store.is_empty():

@@ -322,7 +322,8 @@ class CardWorker:
             acoustic = trackstore.load_latents(self.store, job.key)
         s = job.settings
         with self._on_stream("decode"):
-            audio = decode_audio(self.decoder, acoustic.latents, s.vae_core_frames, s.vae_halo_frames)
+            audio = decode_audio(self.decoder, acoustic.latents, s.vae_core_frames, s.vae_halo_frames,
+                                 s.decode_precision)
         flac = artifacts.flac_bytes(audio)
         tiles = -(-len(acoustic.latents) // s.vae_core_frames)
         event = self._event(job, "decode", start, len(acoustic.latents), 1.0, f"tiles={tiles}")

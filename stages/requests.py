@@ -18,6 +18,7 @@ from .config import Sampling, Yue2Config, from_checkpoint
 from .protocol import (ProtocolError, SongRequest, check_context, chunk_ranges, given_abc_ids, negative_prefix,
                        plan_prefix, semantic_prefix)
 from .tokenizer import Tokenizer, load_tokenizer
+from .vae import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -43,11 +44,12 @@ class SongSettings:
     vae_core_frames: int
     vae_halo_frames: int
     sampler: str = "fast"       # the AR sampler (ar.SAMPLERS): "fast" (batched, default) or "exact" (reference)
+    decode_precision: str = "fp32"   # the VAE's convolutions (vae.PRECISIONS): "fp32" (default) or "tf32" (faster)
 
 
 def default_settings(cfg: Yue2Config, *, max_semantic_tokens: int | None = None, ode_steps: int | None = None,
                      plan_tokens: int | None = None, semantic_tokens: int | None = None,
-                     sampler: str = "fast") -> SongSettings:
+                     sampler: str = "fast", decode_precision: str = "fp32") -> SongSettings:
     """The checkpoint's defaults with overrides. `plan_tokens`/`semantic_tokens` force exact lengths (benchmarks):
     the end id stays masked until that many ids, and generation stops there."""
     plan, semantic = cfg.generation.plan, cfg.generation.semantic
@@ -61,7 +63,7 @@ def default_settings(cfg: Yue2Config, *, max_semantic_tokens: int | None = None,
     plan.validate("plan sampling")
     semantic.validate("semantic sampling")
     return SongSettings(plan, semantic, ode_steps or cfg.generation.ode_steps, 0,
-                        cfg.vae.decode_core_frames, cfg.vae.decode_halo_frames, sampler)
+                        cfg.vae.decode_core_frames, cfg.vae.decode_halo_frames, sampler, decode_precision)
 
 
 # ---- stage requests ---------------------------------------------------------------------------------------------
@@ -109,6 +111,9 @@ def validate(ckpt: Checkpoint, request: SongRequest, settings: SongSettings) -> 
     context, need = ckpt.cfg.model.context, ar_tokens_needed(ckpt, request, settings)
     if settings.sampler not in SAMPLERS:
         raise ProtocolError(f"sampler must be one of {', '.join(SAMPLERS)}, got {settings.sampler!r}")
+    if settings.decode_precision not in PRECISIONS:
+        raise ProtocolError(f"decode_precision must be one of {', '.join(PRECISIONS)}, "
+                            f"got {settings.decode_precision!r}")
     if settings.sampler == "fast":
         if request.has_plan_stage:
             fast_sampling.check(settings.plan, "plan sampling")

@@ -77,7 +77,8 @@ def render_song(engines: SongEngines, request: SongRequest, settings: SongSettin
         latents = engines.acoustic.synthesize(acoustic_request(ckpt, key, request, abc_ids, codes, settings))
         m.units = len(latents)
     with meter("decode") as m:
-        audio = decode_audio(engines.decoder, latents, settings.vae_core_frames, settings.vae_halo_frames)
+        audio = decode_audio(engines.decoder, latents, settings.vae_core_frames, settings.vae_halo_frames,
+                             settings.decode_precision)
         m.units = len(latents)
     return Song(abc_text, np.asarray(abc_ids, dtype=np.int32), codes, latents, audio, truncated, meter.timings)
 

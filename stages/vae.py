@@ -329,11 +329,17 @@ def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int)
     return _decode_tiles(decoder, z, core, halo)
 
 
+# How the decoder's convolutions multiply on CUDA. "fp32": FP32 for real (the default; cuDNN would allow TF32
+# convolutions otherwise). "tf32": TensorFloat-32 tensor cores, 2x faster on an H200 for a song, with audio ~3e-4
+# mean / ~2.5e-3 max abs from FP32 (docs/benchmarks.md): a documented mode, another song's bytes. CPUs ignore it.
+PRECISIONS = ("fp32", "tf32")
+
+
 @contextlib.contextmanager
-def _tf32_disabled() -> Iterator[None]:
-    """FP32 convs and matmuls for real (cuDNN allows TF32 convs by default); restores the caller's settings."""
+def _tf32(allowed: bool) -> Iterator[None]:
+    """TF32 convs and matmuls on or off for the block; restores the caller's settings."""
     saved = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = False
+    torch.backends.cuda.matmul.allow_tf32 = torch.backends.cudnn.allow_tf32 = allowed
     try:
         yield
     finally:
@@ -349,15 +355,18 @@ def thread_invariant_convs() -> None:
     torch.backends.mkldnn.enabled = False
 
 
-def decode_audio(decoder: OobleckDecoder, latents: np.ndarray | torch.Tensor, core: int, halo: int) -> np.ndarray:
+def decode_audio(decoder: OobleckDecoder, latents: np.ndarray | torch.Tensor, core: int, halo: int,
+                 precision: str = "fp32") -> np.ndarray:
     """Latents [N, latent_dim] → float32 audio [1920·N − 64, audio_channels] in [−1, 1], on the CPU."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"decode precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")
     z = torch.as_tensor(latents, dtype=torch.float32)
     if z.ndim != 2 or z.shape[1] != decoder.cfg.latent_dim:
         raise ValueError(f"latents must be [N, {decoder.cfg.latent_dim}], got {list(z.shape)}")
     z = z.to(decoder.layers[0].weight.device).T[None]          # [1, latent_dim, N]
     if z.device.type == "cpu":
         thread_invariant_convs()
-    with _tf32_disabled(), torch.inference_mode():
+    with _tf32(precision == "tf32"), torch.inference_mode():
         y = decode_tiled(decoder, z, core, halo)               # [1, C, samples]
         audio = y.clamp(-1, 1)[0].T.contiguous()
         if audio.is_cuda:      # into page-locked memory: a pageable copy ran at ~1.7 GB/s (48 ms for a song)

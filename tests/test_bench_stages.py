@@ -21,6 +21,29 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
     assert keys["decode_s"]["value"] == round(rows["decode"], 4) > 0
     assert keys["song_s"]["value"] == round(sum(rows.values()), 4)
     assert keys["acoustic_s"]["date"] == keys["song_s"]["date"] and "gpu" in keys["decode_s"]
+    precisions = {r["precision"]: r for r in json.loads(report.read_text())["decode_precisions"]}
+    assert set(precisions) == {"fp32", "tf32"} and precisions["fp32"]["max_abs"] == 0.0
+    assert precisions["tf32"]["max_abs"] == 0.0 and "decode in tf32" in r.output      # a CPU has no TF32
+    assert keys["decode_tf32_s"]["value"] == round(precisions["tf32"]["seconds"], 4)
+
+
+def test_a_faster_decode_is_another_song_only_when_asked():
+    """decode_precision enters the decode stage's key only when it is not the default: albums rendered before the
+    option keep their keys, and a TF32 track is never mistaken for an FP32 one on resume."""
+    import dataclasses
+
+    from farm.identity import stage_keys
+    from stages.config import from_toml
+    from stages.protocol import SongRequest
+    from stages.requests import default_settings
+
+    cfg = from_toml("configs/models/tiny.toml")
+    request, identity = SongRequest(style="s", lyrics="l"), {"model": "m", "vae": "v"}
+    fp32 = default_settings(cfg)
+    keys = stage_keys(identity, request, fp32)
+    tf32 = stage_keys(identity, request, dataclasses.replace(fp32, decode_precision="tf32"))
+    assert {s: keys[s] == tf32[s] for s in keys} == {"plan": True, "semantic": True, "acoustic": True,
+                                                      "decode": False}
 
 
 def test_bench_acoustic_times_both_paths_and_writes_its_keys(tiny_ckpt_dir, tmp_path):

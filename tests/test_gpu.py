@@ -175,3 +175,18 @@ def test_fused_snake_equals_eager():
     x = torch.randn(2, 64, 3000, device="cuda", generator=g)
     a, b = (0.3 * torch.randn(64, device="cuda", generator=g) for _ in range(2))
     torch.testing.assert_close(_fused_snake()(x, a, b), snake(x, a, b), atol=1e-5, rtol=1e-5)
+
+
+def test_tf32_decode_stays_close_to_fp32(tiny_ckpt_dir, tiny_cfg):
+    """The faster VAE mode: other bytes, but audio within a few 1e-3 of FP32 (the H200 figures for the release
+    shapes are in docs/benchmarks.md); and the FP32 default still runs FP32 convolutions."""
+    import numpy as np
+
+    from stages.vae import decode_audio, load_decoder
+
+    decoder = load_decoder(tiny_ckpt_dir / "vae", tiny_cfg.vae, device="cuda")
+    latents = np.random.default_rng(0).standard_normal((600, tiny_cfg.vae.latent_dim)).astype(np.float32)
+    core, halo = tiny_cfg.vae.decode_core_frames, tiny_cfg.vae.decode_halo_frames
+    fp32, again = (decode_audio(decoder, latents, core, halo) for _ in range(2))
+    tf32 = decode_audio(decoder, latents, core, halo, "tf32")
+    assert np.array_equal(fp32, again) and np.abs(tf32 - fp32).max() < 1e-2
