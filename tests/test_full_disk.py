@@ -58,7 +58,8 @@ def test_a_full_disk_fails_only_what_found_no_room_and_a_rerun_completes(tiny_ck
     unbroken, script = tmp_path / "unbroken", tmp_path / "render.py"
     script.write_text(SCRIPT)
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    command = (f"mount -t tmpfs -o size=2m tmpfs {disk} && {sys.executable} {script} {tiny_ckpt_dir} {spec} "
+    # 8 MiB: the whole album with its mastered copies and album.flac fits once the filler is gone
+    command = (f"mount -t tmpfs -o size=8m tmpfs {disk} && {sys.executable} {script} {tiny_ckpt_dir} {spec} "
                f"{disk} {unbroken} && cp -r {disk}/album {tmp_path}/after")
     run = subprocess.run(["unshare", "-rm", "sh", "-c", command], env=env, capture_output=True, text=True,
                          timeout=900, cwd=ROOT)
