@@ -19,6 +19,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from . import artifacts
+from .logs import log
 
 OVERSAMPLE = 4                 # true peak: BS.1770-4 Annex 2 measures on a 4× oversampled signal
 LOOKAHEAD_S = 0.005            # the limiter reaches its gain this long before a peak, and holds it as long after
@@ -175,11 +176,20 @@ class AlbumMaster:
             return None
         for key in done:
             self.submit(key)
-        results = {key: self.futures[key].result() for key in self.jobs if key in done}
+        results, errors = {}, {}
+        for key in (k for k in self.jobs if k in done):
+            try:
+                results[key] = self.futures[key].result()
+            except OSError:
+                raise                          # no room: the render says so, and a rerun completes the album
+            except Exception as exc:           # a track that cannot be mastered keeps its raw render
+                errors[key] = f"{type(exc).__name__}: {exc}"
+                log.error("%s: mastering failed (%s); its raw render is kept", key, errors[key])
         self.pool.shutdown()
         spec = self.album.master
         report = {"target_lufs": spec.lufs, "ceiling_dbtp": spec.true_peak,
-                  "tracks": {key: measured for key, (_, measured) in results.items()}}
+                  "tracks": {key: measured for key, (_, measured) in results.items()},
+                  **({"errors": errors} if errors else {})}
         if len(results) == len(self.jobs):
             ordered = [(self.jobs[key].title, results[key][0]) for key in self.jobs]
             rate, artist = artifacts.SAMPLE_RATE, self.album.artist
