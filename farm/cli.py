@@ -312,7 +312,7 @@ def bench_song(
     = None,
 ) -> None:
     """One reference-length track through all four stages in one process: per-stage time, rate and peak memory."""
-    from .bench import run_song_bench
+    from .bench.song import run_song_bench
 
     report = guarded(run_song_bench, model=model, vae=vae, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, device=device, repeats=repeats, json_out=json_out)
@@ -340,7 +340,7 @@ def bench_acoustic(
 ) -> None:
     """One acoustic chunk: ms per velocity evaluation on the engine's and the plain path, share of the measured
     matrix-multiply rate, and each path's latents against an FP32 run."""
-    from .bench_acoustic import run_acoustic_bench
+    from .bench.acoustic import run_acoustic_bench
 
     report = guarded(run_acoustic_bench, model=model, vae=vae, device=device, prefix_tokens=prefix_tokens,
                      frames=frames, evals=evals, json_out=json_out)
@@ -363,7 +363,7 @@ def bench_ar(
     = None,
 ) -> None:
     """The AR step against its memory-bandwidth floor at 1…32 rows, batch invariance, kernel and numerics checks."""
-    from .bench_ar import ROWS, run_ar_bench
+    from .bench.ar import ROWS, run_ar_bench
 
     report = guarded(run_ar_bench, model=model, vae=vae, device=device, rows=tuple(rows or ROWS), blocks=blocks,
                      numerics_tokens=numerics_tokens, json_out=json_out)
@@ -407,7 +407,7 @@ def bench_album(
     = None,
 ) -> None:
     """An album of forced-length tracks through the farm, and through the sequential path in the same run."""
-    from .bench_album import run_album_bench
+    from .bench.album import run_album_bench
 
     report = guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from farm.bench_album import run_album_bench, track_lengths
+from farm.bench.album import run_album_bench, track_lengths
 from farm.measured import album_figures
 
 from .conftest import PROFILES

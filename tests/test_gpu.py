@@ -51,7 +51,7 @@ def test_paged_kernel_equals_the_reference():
 
 
 def _requests(cfg):
-    from farm.bench_ar import bench_request
+    from farm.bench.ar import bench_request
 
     short = cfg.model.context // 8
     return [bench_request(cfg, "p", min(300, short), "plan", 70, 1),

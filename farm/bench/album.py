@@ -14,7 +14,7 @@ from pathlib import Path
 
 from cluster.workload import FRAMES_PER_SECOND, STAGE_UNITS
 
-from .bench import BENCH_STYLE, bench_lyrics, environment
+from .song import BENCH_STYLE, bench_lyrics, environment
 
 
 
@@ -50,9 +50,9 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
                     gantt: Path | None = None) -> dict:
     from stages.requests import open_checkpoint
 
-    from .driver import RenderOptions, render_album
-    from .gpumon import GpuMonitor
-    from .models import resolve_model
+    from ..driver import RenderOptions, render_album
+    from ..gpumon import GpuMonitor
+    from ..models import resolve_model
 
     from cluster.gpus import probe_nvml
 
@@ -97,8 +97,8 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
 
 def write_gantt(report: dict, path: Path) -> None:
     """The album report's Gantt chart (one bar per track and stage) of a bench run, as a PNG."""
-    from .aggregate import album_stats
-    from .report import gantt_png
+    from ..aggregate import album_stats
+    from ..report import gantt_png
 
     stats = album_stats([e for e in report["events"] if e["ok"]])
     Path(path).write_bytes(gantt_png(stats))
@@ -132,9 +132,9 @@ def sequential_times(paths, spec: Path) -> dict:
     from stages.requests import default_settings, open_checkpoint
     from stages.song import SongEngines, render_song
 
-    from .album import load_album
-    from .devices import pick_device
-    from .jobs import track_request, track_settings
+    from ..album import load_album
+    from ..devices import pick_device
+    from ..jobs import track_request, track_settings
 
     device = pick_device("auto")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)

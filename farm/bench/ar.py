@@ -16,7 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-from .bench import environment
+from .song import environment
 
 ROWS = (1, 2, 4, 8, 12, 16, 24, 32)
 # (name, prefix tokens, sampling kind): the 450-token prompt, and the reference track's mean plan and semantic
@@ -58,8 +58,8 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
     from stages.transformer import AR, HEAD
     from stages.weights import load_model
 
-    from .devices import pick_device
-    from .models import resolve_model
+    from ..devices import pick_device
+    from ..models import resolve_model
 
     device = pick_device(device)
     paths = resolve_model(model, vae)

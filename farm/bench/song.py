@@ -21,7 +21,7 @@ BENCH_STYLE = "cinematic pop, female vocal, piano and strings, 96 bpm, warm, emo
 
 def bench_lyrics(layout) -> str:
     """~850 characters of lyrics for full-size models; the short demo lyric fits tiny's 512-token context."""
-    from .models import configs_dir
+    from ..models import configs_dir
 
     name = "bench.txt" if layout.tokenizer == "tiktoken" else "demo.txt"
     return (configs_dir() / "lyrics" / name).read_text(encoding="utf-8")
@@ -45,8 +45,8 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
     from stages.requests import default_settings, open_checkpoint
     from stages.song import SongEngines, render_song
 
-    from .devices import pick_device
-    from .models import resolve_model
+    from ..devices import pick_device
+    from ..models import resolve_model
 
     device = pick_device(device)
     paths = resolve_model(model, vae)

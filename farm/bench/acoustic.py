@@ -12,7 +12,7 @@ import json
 import time
 from pathlib import Path
 
-from .bench import environment
+from .song import environment
 
 REFERENCE_PREFIX = 5000      # the reference track's semantic prefix (prompt + score), tokens
 REFERENCE_FRAMES = 5371      # its semantic codes = latent frames
@@ -29,8 +29,8 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
     from stages.transformer import AR, NAR, ar_prefill, layer_head, layer_tail, nar_kv_buffers, velocity
     from stages.weights import load_model
 
-    from .devices import pick_device
-    from .models import resolve_model
+    from ..devices import pick_device
+    from ..models import resolve_model
 
     device = pick_device(device)
     paths = resolve_model(model, vae)
