@@ -39,7 +39,7 @@ def write_calibration(path: str | Path, measured: Measured, base: Calibration | 
 
 
 def fit_calibration(measured: Measured, base: Calibration, model: ModelShape | None = None) -> Calibration:
-    """Factors that reproduce `measured` on the catalogue's figures for measured.gpu (see calibration.Measured)."""
+    """Factors that reproduce `measured` on the catalogue's figures for measured.gpu (see `Measured`)."""
     model = model or ModelShape.yue2_3b()
     spec = lookup(measured.gpu)
     if spec is None:
