@@ -286,8 +286,11 @@ def test_stopped_driver_resumes_without_redoing_finished_stages(ray_cluster, tin
     out = tmp_path / "stopped"
     cmd = [sys.executable, "-m", "farm", "render", str(big), "--out", str(out), "--model", str(tiny_ckpt_dir),
            "--address", ray_cluster.address, "--cluster", str(PROFILES / "ci.toml")]
+    # A shell starts background jobs with SIGINT ignored, and Python then installs no Ctrl-C handler: give the
+    # render the terminal's default whatever launched pytest (a script with `&` would otherwise make it deaf).
     proc = subprocess.Popen(cmd, cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "RAY_AUTH_MODE": "disabled"})
+                            env={**os.environ, "RAY_AUTH_MODE": "disabled"},
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     deadline = time.time() + 120
     while time.time() < deadline and not list(out.glob("*/.stages/acoustic.json")):
         time.sleep(0.02)
