@@ -206,7 +206,7 @@ class _Run:
             kinds = {w.ar for w in card.workers}
             if plan.shared_process and len(kinds) == 2 and not devices[card.key].is_cpu:
                 card.overlap = options.calibration_for(devices[card.key]).overlap
-        self.state = new_state(slots, range(len(workload)), getattr(plan, "ar_window", None))
+        self.state = new_state(slots, range(len(workload)), plan.ar_window)
         self.heap: list = []
         self.seq = self.events = 0
         self.works: dict = {}
