@@ -358,15 +358,21 @@ def bench_ar(
     rows: Annotated[list[int] | None, typer.Option("--rows", help="Live rows to measure (repeatable).")] = None,
     blocks: Annotated[int, typer.Option(help="Timed blocks of steps per point (after one warm block).")] = 4,
     numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
+    weight_format: Annotated[str, typer.Option("--format", help="AR weights: bf16 (the model's own) or fp8 "
+                                               "(quantised per output channel when the engine starts).")] = "bf16",
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
     summary: Annotated[Path | None, typer.Option(help="Update these headline keys (docs/measured/summary.json).")]
     = None,
 ) -> None:
     """The AR step against its memory-bandwidth floor at 1…32 rows, batch invariance, kernel and numerics checks."""
+    from stages.quant import FORMATS
+
     from .bench.ar import ROWS, run_ar_bench
 
+    if weight_format not in FORMATS:
+        fail(f"--format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
     report = guarded(run_ar_bench, model=model, vae=vae, device=device, rows=tuple(rows or ROWS), blocks=blocks,
-                     numerics_tokens=numerics_tokens, json_out=json_out)
+                     numerics_tokens=numerics_tokens, json_out=json_out, weight_format=weight_format)
     if summary:
         from .measured import ar_figures, update_summary
 

@@ -36,8 +36,10 @@ def ar_figures(report: dict) -> dict[str, float]:
         return next((r for r in report["rows"] if r["scenario"] == scenario and r["rows"] == rows), {})
 
     b1, b24 = row("prompt-450", 1), row("semantic-ref", 24)
-    return {"ar_b1_tok_s": b1.get("tokens_s"), "ar_b1_floor_ratio": b1.get("floor_ratio"),
-            "ar_b24_tok_s": b24.get("tokens_s"), "ar_b24_floor_ratio": b24.get("floor_ratio")}
+    fmt = report.get("weight_format", "bf16")
+    suffix = "" if fmt == "bf16" else f"_{fmt}"        # ar_b1_tok_s, ar_b1_tok_s_fp8, …
+    return {f"ar_b1_tok_s{suffix}": b1.get("tokens_s"), f"ar_b1_floor_ratio{suffix}": b1.get("floor_ratio"),
+            f"ar_b24_tok_s{suffix}": b24.get("tokens_s"), f"ar_b24_floor_ratio{suffix}": b24.get("floor_ratio")}
 
 
 def song_figures(report: dict) -> dict[str, float]:

@@ -7,6 +7,11 @@ last for an n-tile (an atomic counter tells it) sums the partials in the order 0
 epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
 result never depends on the other rows. EPI is the epilogue's index in `skinny_gemm.EPILOGUES`: 0 none, 1 residual
 add, 2 SiLU(gate)·up.
+With SCALED, W holds FP8 values (quant.py) and the MMA runs in FP16: e4m3 → fp16 is exact and one hardware
+conversion per two values (e4m3 → bf16 takes several, and made the kernel slower than reading BF16 weights:
+docs/benchmarks.md, 2026-12-01), and BF16 activations fit FP16's mantissa exactly — but not its range: a magnitude
+above 65,504 would overflow (the CPU reference computes in FP32). The FP32 product of each output channel is then
+multiplied by its scale, before the norm factor and the epilogue.
 With NORM, x is to be RMS-normalised first and W already holds the norm's weight (`skinny_gemm.fold_norm`): the
 program sums x² over the x tiles it loads for the product (it reads all of K) and scales its FP32 result by each
 row's factor rsqrt(mean(x²) + eps) before the epilogue. The norm then costs no launch of its own, and x stays an
@@ -18,14 +23,19 @@ import triton.language as tl
 
 
 @triton.jit
+def _widen(w, MMA: tl.constexpr):
+    return w.to(MMA)
+
+
+@triton.jit
 def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
-          BK: tl.constexpr, STAGES: tl.constexpr, NORM: tl.constexpr):
+          BK: tl.constexpr, STAGES: tl.constexpr, NORM: tl.constexpr, MMA: tl.constexpr):
     """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM], and with NORM each row's Σx² over the range
     ([BM]); the first weight tile is already loaded."""
     m = tl.arange(0, BM)
     kk = tl.arange(0, BK)
     xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
-    acc = tl.dot(w_first, xt, tl.zeros([BN, BM], tl.float32))
+    acc = tl.dot(_widen(w_first, MMA), xt.to(MMA), tl.zeros([BN, BM], tl.float32))
     squares = tl.zeros([BM], tl.float32)
     if NORM:
         squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
@@ -33,7 +43,7 @@ def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.conste
         k = k_lo + i
         xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
         w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
-        acc = tl.dot(w, xt, acc)
+        acc = tl.dot(_widen(w, MMA), xt.to(MMA), acc)
         if NORM:
             squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
     return acc, squares
@@ -56,9 +66,10 @@ def _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI: tl.constexpr, BM: tl.constex
 
 
 @triton.jit
-def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr, eps,
+def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, M, N, sx, sw, so, sr, eps,
                 K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
-                EPI: tl.constexpr, NORM: tl.constexpr, STAGES: tl.constexpr, PDL: tl.constexpr):
+                EPI: tl.constexpr, NORM: tl.constexpr, SCALED: tl.constexpr, STAGES: tl.constexpr,
+                PDL: tl.constexpr):
     """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N. NORM needs
     SPLIT == 1 (a program must see all of K to know a row's factor).
 
@@ -77,10 +88,15 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, M, N, sx, sw, so, sr, eps,
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
-    acc, squares = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES, NORM)
+    MMA: tl.constexpr = tl.float16 if SCALED else X.dtype.element_ty
+    acc, squares = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES, NORM, MMA)
     acc2 = acc
     if EPI == 2:
-        acc2, _ = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, False)
+        acc2, _ = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, False, MMA)
+    if SCALED:     # quantised W (quant.py): each output channel's scale, on the FP32 product
+        acc = acc * tl.load(SCALE + n)[:, None]
+        if EPI == 2:
+            acc2 = acc2 * tl.load(SCALE + N + n)[:, None]
     if NORM:
         factor = tl.rsqrt(squares / K + eps)[None, :]
         acc = acc * factor

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 import numpy as np
 import torch
 
-from . import fast_sampling, sampling, skinny_gemm
+from . import fast_sampling, quant, sampling, skinny_gemm
 from .compiled import compiled
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
@@ -76,11 +76,15 @@ class _Live:
 
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
-                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16):
+                 sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16,
+                 weight_format: str = "bf16"):
         """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
-        graph replay and per host read in the fast mode."""
+        graph replay and per host read in the fast mode. `weight_format`: how the AR linear layers are read
+        (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts)."""
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
+        if weight_format not in quant.FORMATS:
+            raise ValueError(f"weight_format must be one of {quant.FORMATS}, got {weight_format!r}")
         cfg = model.cfg
         self.model, self.layout, self.cfg, self.sampler = model, layout, cfg, sampler
         self.device, self.dtype = model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype
@@ -96,11 +100,17 @@ class AREngine:
         self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
         self.free_slots = deque(range(slots))
         self.live: list[_Live] = []
-        self.weights, self.step_weights, self.dims = branch_weights(model, AR), _step_weights(model), dims(cfg)
-        self._head, self._tail, self._draw = _step_head, _step_tail, fast_sampling.draw
+        self.weight_format, self.dims = weight_format, dims(cfg)
+        self.step_weights = _step_weights(model, weight_format)
+        self.folded = weight_format == "bf16"
+        # prefill runs the same weights as the step when they are quantised (one model, not two)
+        self.weights = branch_weights(model, AR) if self.folded else self.step_weights
+        self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
+        self._head, self._tail = (_step_head, _step_tail) if self.folded else (_plain_head, _plain_tail)
+        self._draw = fast_sampling.draw
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
-            self._draw, self._head, self._tail = (_compiled(fast_sampling.draw), _compiled(_step_head),
-                                                  _compiled(_step_tail))
+            self._draw, self._head, self._tail = (_compiled(fast_sampling.draw), _compiled(self._head),
+                                                  _compiled(self._tail))
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
             self._capture()
@@ -181,13 +191,13 @@ class AREngine:
             keys = torch.arange(end, device=self.device)
             mask = keys[None, :] <= torch.arange(start, end, device=self.device)[:, None]
         for i, w in enumerate(self.weights):
-            q, k, v = layer_head(x, w, cos, sin, self.dims)
+            q, k, v = layer_head(x, w, cos, sin, self.dims, self._linear)
             self.kv.write(i, pages, offsets, k[0].transpose(0, 1), v[0].transpose(0, 1))
             if start:
                 out = attend(q, *self.kv.read(i, slot, end), mask=mask)
             else:
                 out = attend(q, k, v, causal=True)
-            x = layer_tail(x, out, w, self.dims)
+            x = layer_tail(x, out, w, self.dims, self._linear)
         return x
 
     # ---- the device step ------------------------------------------------------------------------------------
@@ -359,16 +369,24 @@ class AREngine:
         return results
 
 
-def _step_weights(model: YuE2) -> list[BranchWeights]:
-    """The AR layers as the decode step runs them: each RMSNorm weight folded into the matrix after it (q/k/v,
-    gate/up), so the skinny-GEMM op does the norm itself. Built once per model (an extra copy of those two
-    matrices: 1.9 GB for yue2-3b in BF16); prefill keeps the plain weights and maths."""
+def _step_weights(model: YuE2, weight_format: str = "bf16") -> list[BranchWeights]:
+    """The AR layers as the decode step runs them, built once per model and format.
+
+    bf16: each RMSNorm weight folded into the matrix after it (q/k/v, gate/up), so the skinny-GEMM op does the
+    norm itself (an extra copy of those two matrices: 1.9 GB for yue2-3b); prefill keeps the plain weights.
+    fp8: every linear matrix as a (values, scale) pair (quant.py), norms not folded (a quantised checkpoint's
+    matrices cannot take the norm's weight without a second rounding); prefill runs these too."""
     cache = model.__dict__.setdefault("_branches", {})
-    if "ar-step" not in cache:
-        cache["ar-step"] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
-                                    gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm))
-                            for w in branch_weights(model, AR)]
-    return cache["ar-step"]
+    key = f"ar-step-{weight_format}"
+    if key not in cache:
+        plain = branch_weights(model, AR)
+        if weight_format == "fp8":
+            q = quant.quantize_fp8
+            cache[key] = [replace(w, qkv=q(w.qkv), o=q(w.o), gate_up=q(w.gate_up), down=q(w.down)) for w in plain]
+        else:
+            cache[key] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
+                                  gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm)) for w in plain]
+    return cache[key]
 
 
 def _step_head(x, in_norm, qkv, d):
@@ -381,6 +399,16 @@ def _step_head(x, in_norm, qkv, d):
 def _step_tail(x, attn, o, post_norm, gate_up, down, d):
     return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
                       skinny_gemm.linear, folded=True)
+
+
+def _plain_head(x, in_norm, qkv, d):
+    """layer_qkv with its own RMSNorm (quantised weights: no folded norm)."""
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)
+
+
+def _plain_tail(x, attn, o, post_norm, gate_up, down, d):
+    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
+                      skinny_gemm.linear)
 
 
 _COMPILED: dict = {}

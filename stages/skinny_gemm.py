@@ -42,15 +42,20 @@ def fold_norm(w: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
-              norm_eps: float | None = None) -> torch.Tensor:
+              norm_eps: float | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K], w [N, K] ([2N, K] with gate rows first for silu_mul) → [M, N] in x's dtype. With norm_eps, x is
     RMS-normalised first and w already holds the norm's weight (fold_norm): the FP32 product is scaled by each
-    row's factor before it is rounded."""
-    if norm_eps is None:
+    row's factor before it is rounded. With scale ([N] FP32), w holds quantised values (quant.py) and the FP32
+    product is scaled by each output channel's scale before it is rounded."""
+    if norm_eps is None and scale is None:
         y = F.linear(x, w)
     else:
-        factor = torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm_eps)
-        y = (F.linear(x.float(), w.float()) * factor).to(x.dtype)
+        y = F.linear(x.float(), w.float())
+        if norm_eps is not None:
+            y = y * torch.rsqrt(x.float().pow(2).mean(-1, keepdim=True) + norm_eps)
+        if scale is not None:
+            y = y * scale
+        y = y.to(x.dtype)
     if epilogue == "add":
         return residual + y
     if epilogue == "silu_mul":
@@ -59,14 +64,16 @@ def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual
     return y
 
 
-def linear(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
+def linear(x: torch.Tensor, w, epilogue: str = "none", residual: torch.Tensor | None = None,
            norm_eps: float | None = None) -> torch.Tensor:
     """The op: our kernel on CUDA for up to MAX_ROWS rows of a shape `tiling` covers, `reference` elsewhere.
-    x [..., K]; residual (for "add") shaped like the output; norm_eps as in `reference`."""
+    x [..., K]; w a matrix or a quantised (values, scale) pair (quant.py); residual (for "add") shaped like the
+    output; norm_eps as in `reference`."""
+    w, scale = w if isinstance(w, tuple) else (w, None)
     lead = x.shape[:-1]
     flat = x.reshape(-1, x.shape[-1])
     res = residual.reshape(flat.shape[0], -1) if residual is not None else None
-    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps)
+    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps, scale)
     return out.reshape(*lead, out.shape[-1])
 
 
@@ -81,15 +88,22 @@ MEASURED = {
     (2048, 6144, "add", False): Tiling(64, 128, 4, 4, 5),       # down    9.9 µs, 2.53 TB/s (cuBLAS + add 12.3 µs)
     (4096, 2048, "none", True): Tiling(64, 256, 1, 4, 4),       # q/k/v + norm   9.1 µs (16.0 with the plain tile)
     (6144, 2048, "silu_mul", True): Tiling(64, 256, 1, 4, 3),   # gate/up + norm 17.0 µs (20.4 with the plain tile)
+    # FP8 weights (docs/measured/2026-12-01-h200-sweep-fp8-f16mma.log): half the bytes, barely less time — at these
+    # sizes a kernel's few dependent memory round trips, not its bytes, set its time
+    (4096, 2048, "none", False, "fp8"): Tiling(64, 512, 4, 4, 3),      # q/k/v    5.9 µs (BF16 7.2)
+    (2048, 2048, "add", False, "fp8"): Tiling(64, 512, 4, 4, 3),       # o        4.4 µs (BF16 5.9)
+    (6144, 2048, "silu_mul", False, "fp8"): Tiling(64, 256, 4, 4, 3),  # gate/up 16.3 µs (BF16 16.4)
+    (2048, 6144, "add", False, "fp8"): Tiling(64, 256, 4, 4, 3),       # down     9.3 µs (BF16 9.6)
 }
 
 
-def tiling(n: int, k: int, epilogue: str, norm: bool = False) -> Tiling | None:
+def tiling(n: int, k: int, epilogue: str, norm: bool = False, fp8: bool = False) -> Tiling | None:
     """The tiles for an output width n and depth k: measured ones for the model's shapes, else a rule that gives
     about one program per SM; None when the shape does not divide into them (the op then runs the reference).
-    A folded norm needs the whole of K in one program (no split)."""
-    if (n, k, epilogue, norm) in MEASURED:
-        return MEASURED[(n, k, epilogue, norm)]
+    A folded norm needs the whole of K in one program (no split). FP8 weights have tiles of their own."""
+    key = (n, k, epilogue, norm) + (("fp8",) if fp8 else ())
+    if key in MEASURED:
+        return MEASURED[key]
     block_n = 32 if n % 32 == 0 else 16
     block_k = next((b for b in (128, 64, 32, 16) if k % b == 0), None)
     if n % block_n or block_k is None:
@@ -111,16 +125,19 @@ def pdl(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _launch(x, w, epilogue, residual, norm_eps=None, t: Tiling | None = None):
+def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, t: Tiling | None = None):
     from . import _skinny_gemm_triton as kern
 
     m, k = x.shape
     n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
     norm = norm_eps is not None
-    t = t or tiling(n, k, epilogue, norm)
+    t = t or tiling(n, k, epilogue, norm, fp8=scale is not None)
+    if m > MAX_ROWS and scale is not None and norm_eps is None:
+        # a prefill's many rows: compute-bound, so the quantised matrix is widened once and cuBLAS runs
+        return reference(x, (w.float() * scale[:, None]).to(x.dtype), epilogue, residual)
     if m > MAX_ROWS or t is None or (norm and t.split > 1) or x.stride(1) != 1 or w.stride(1) != 1 or (
             residual is not None and residual.stride(1) != 1):
-        return reference(x, w, epilogue, residual, norm_eps)
+        return reference(x, w, epilogue, residual, norm_eps, scale)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = n // t.block_n
     part = count = out
@@ -132,23 +149,23 @@ def _launch(x, w, epilogue, residual, norm_eps=None, t: Tiling | None = None):
         count = _COUNTERS[key]
     res = residual if residual is not None else out
     kern.skinny_gemm[(tiles, t.split)](
-        x, w, out, res, part, count, m, n, x.stride(0), w.stride(0), out.stride(0), res.stride(0),
-        norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split,
-        EPI=EPILOGUES.index(epilogue), NORM=norm, STAGES=t.stages, PDL=pdl(x.device), num_warps=t.warps,
-        launch_pdl=pdl(x.device))
+        x, w, out, res, part, count, scale if scale is not None else out, m, n, x.stride(0), w.stride(0),
+        out.stride(0), res.stride(0), norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split,
+        EPI=EPILOGUES.index(epilogue), NORM=norm, SCALED=scale is not None, STAGES=t.stages, PDL=pdl(x.device),
+        num_warps=t.warps, launch_pdl=pdl(x.device))
     return out
 
 
 def _register() -> None:
     @torch.library.custom_op("yue2::skinny_linear", mutates_args=())
     def _op(x: torch.Tensor, w: torch.Tensor, epilogue: str, residual: torch.Tensor | None,
-            norm_eps: float | None) -> torch.Tensor:
-        return reference(x, w, epilogue, residual, norm_eps)
+            norm_eps: float | None, scale: torch.Tensor | None) -> torch.Tensor:
+        return reference(x, w, epilogue, residual, norm_eps, scale)
 
     _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
-    def _(x, w, epilogue, residual, norm_eps):
+    def _(x, w, epilogue, residual, norm_eps, scale):
         n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
         return x.new_empty(x.shape[0], n)
 

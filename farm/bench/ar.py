@@ -40,16 +40,18 @@ def copy_rate(torch, device: str) -> float:
     return 2 * src.numel() / statistics.median(times)
 
 
-def weight_bytes(model) -> int:
-    """What a decode step reads of the weights: every linear layer and the lm_head (the embedding: one row)."""
-    import torch
+def weight_bytes(engine) -> int:
+    """What a decode step reads of the weights: every linear layer of the step, in the engine's weight format, and
+    the lm_head (the embedding: one row; the norms' vectors are negligible)."""
+    from stages.quant import weight_bytes as nbytes
 
-    return sum(p.numel() * p.element_size() for name, p in model.named_parameters()
-               if p.dim() == 2 and "embed_tokens" not in name and isinstance(p, torch.Tensor))
+    head = engine.model.lm_head.weight
+    return head.numel() * head.element_size() + sum(nbytes(getattr(w, name)) for w in engine.step_weights
+                                                    for name in ("qkv", "o", "gate_up", "down"))
 
 
 def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, ...], blocks: int,
-                 numerics_tokens: int, json_out: Path | None) -> dict:
+                 numerics_tokens: int, json_out: Path | None, weight_format: str = "bf16") -> dict:
     import torch
 
     from stages.ar import AREngine
@@ -68,23 +70,25 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
     cuda = device.startswith("cuda")
     rate = copy_rate(torch, device) if cuda else None
     net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device=device)
-    wbytes, kv_token = weight_bytes(net), token_bytes(cfg.model, net.model.embed_tokens.weight.dtype)
+    kv_token = token_bytes(cfg.model, net.model.embed_tokens.weight.dtype)
     longest = max(ctx for _, ctx, _ in SCENARIOS)
     scenarios = [(n, min(ctx, cfg.model.context // 3), kind) for n, ctx, kind in SCENARIOS]   # tiny: shorter
     start = time.perf_counter()
     engine = AREngine(net, layout, kv_tokens=max(rows) * (longest + (blocks + 2) * 16 + 64), cuda_graphs=cuda,
-                      compile=cuda)
+                      compile=cuda, weight_format=weight_format)
     build_seconds = time.perf_counter() - start
+    wbytes = weight_bytes(engine)
     table = []
     for name, ctx, kind in scenarios:
         for b in rows:
             table.append(_measure(engine, cfg, name, ctx, kind, b, blocks, wbytes, kv_token, rate))
             _print_row(table[-1])
-    report = {"environment": environment(device), "model": cfg.name, "copy_rate_bytes_s": rate,
+    report = {"environment": environment(device), "model": cfg.name, "weight_format": weight_format,
+              "copy_rate_bytes_s": rate,
               "weight_bytes": wbytes, "kv_bytes_per_token": kv_token, "slots": engine.slots, "block": engine.block,
               "engine_build_seconds": build_seconds, "rows": table,
               "invariance": batch_invariance(engine, cfg), "kernel": kernel_vs_sdpa(engine, cfg) if cuda else None,
-              "gemm": gemm_vs_cublas(engine) if cuda else None,
+              "gemm": gemm_vs_cublas(engine) if cuda and weight_format == "bf16" else None,
               "numerics": numerics(engine, ckpt, device, numerics_tokens)}
     print_report(report)
     if json_out:
@@ -297,7 +301,8 @@ def print_report(r: dict) -> None:
 
     env = r["environment"]
     rate = r["copy_rate_bytes_s"]
-    title = (f"farm bench ar — {r['model']} on {env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
+    title = (f"farm bench ar — {r['model']}, AR weights {r.get('weight_format', 'bf16')}, on "
+             f"{env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
              f"{r['slots']}-slot step, {r['block']} steps per graph; forced lengths (random weights); floor = "
              f"({r['weight_bytes'] / 1e9:.2f} GB weights + rows × context × {r['kv_bytes_per_token'] // 1024} KiB)"
              + (f" / {rate / 1e12:.2f} TB/s measured copy rate" if rate else ""))

@@ -1,0 +1,86 @@
+"""Quantised AR weights (stages/quant.py): the FP8 conversion's error bound, the quantised product's maths, and the
+AR engine reading its linear layers in FP8 (tiny checkpoint, the reference kernels on the CPU)."""
+from __future__ import annotations
+
+import copy
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+
+from stages import quant, skinny_gemm
+from stages.ar import AREngine, ARRequest
+from stages.config import BYTE_LAYOUT, Sampling
+from stages.transformer import AR, HEAD, ar_prefill, branch_weights, logits
+from stages.weights import load_model
+
+
+@pytest.fixture(scope="module")
+def model(tiny_ckpt_dir, tiny_cfg):
+    return load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, HEAD}, dtype=torch.float32)
+
+
+def test_fp8_rows_round_within_half_a_step_of_e4m3():
+    g = torch.Generator().manual_seed(0)
+    w = torch.randn(64, 256, generator=g) * torch.logspace(-3, 1, 64)[:, None]
+    w[5] = 0
+    values, scale = quant.quantize_fp8(w)
+    assert values.dtype == torch.float8_e4m3fn and scale.shape == (64,) and scale[5] == 1
+    back = quant.dequantize(values, scale)
+    assert torch.equal(back[5], w[5])
+    # e4m3 keeps 3 mantissa bits: relative error ≤ 2⁻⁴ for normal values; below 2⁻⁶·scale the step is 2⁻⁹·scale
+    bound = torch.maximum(w.abs() * 2 ** -4, scale[:, None] * 2 ** -10)
+    assert ((back - w).abs() <= bound).all()
+    torch.testing.assert_close(back.abs().amax(dim=1), w.abs().amax(dim=1), rtol=1e-6, atol=0)   # the max is exact
+
+
+@pytest.mark.parametrize("epilogue", ["none", "add", "silu_mul"])
+def test_a_quantised_product_is_the_product_with_the_dequantised_matrix(epilogue):
+    g = torch.Generator().manual_seed(1)
+    x = torch.randn(5, 64, generator=g)
+    w = torch.randn(2 * 48 if epilogue == "silu_mul" else 48, 64, generator=g)
+    residual = torch.randn(5, 48, generator=g) if epilogue == "add" else None
+    pair = quant.quantize_fp8(w)
+    got = skinny_gemm.linear(x, pair, epilogue, residual)
+    expected = skinny_gemm.reference(x, quant.dequantize(*pair), epilogue, residual)
+    torch.testing.assert_close(got, expected, atol=1e-5, rtol=1e-5)
+    assert not torch.allclose(F.linear(x, w), F.linear(x, quant.dequantize(*pair)), atol=1e-4)   # it did quantise
+
+
+@torch.inference_mode()
+def test_the_fp8_engine_follows_its_own_dequantised_model(model):
+    """Prefill and decode with FP8 linear layers = a plain forward of the model whose matrices are the dequantised
+    FP8 ones; and that model stays close to the original."""
+    engine = AREngine(model, BYTE_LAYOUT, slots=2, kv_tokens=1024, weight_format="fp8")
+    prompt, fed = [256, 5, 9, 200, 33, 77, 1], [12, 460, 99, 3, 250, 17, 8, 120]
+    steps = [engine.prefill(0, prompt)] + [engine.decode({0: t})[0] for t in fed]
+    twin = copy.deepcopy(model)
+    for plain, w in zip(branch_weights(twin, AR), engine.step_weights):
+        for name in ("qkv", "o", "gate_up", "down"):          # the module's linears are views of these
+            getattr(plain, name).copy_(quant.dequantize(*getattr(w, name)))
+    hidden, _ = ar_prefill(twin, torch.tensor(prompt + fed))
+    expected = logits(twin, hidden)[0, len(prompt) - 1:]
+    torch.testing.assert_close(torch.stack(steps), expected, atol=1e-4, rtol=0)
+    hidden, _ = ar_prefill(model, torch.tensor(prompt + fed))
+    original = logits(model, hidden)[0, len(prompt) - 1:]
+    assert (torch.stack(steps) - original).abs().max() < 0.05 * original.abs().max()
+
+
+@torch.inference_mode()
+def test_the_fp8_engine_is_batch_invariant(model):
+    s = Sampling(1.0, 0.95, 100, 1.2, 50, 24, 24)
+    requests = [ARRequest(k, "semantic", tuple([256] + list(range(40, 40 + 3 * seed)) + [464]), s, seed)
+                for k, seed in (("a", 1), ("b", 2), ("c", 3))]
+    together = {r.key: r.ids for r in AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072,
+                                               weight_format="fp8").generate(requests)}
+    for r in requests:
+        engine = AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, weight_format="fp8")
+        engine.free_slots.rotate(2)
+        (alone,) = engine.generate([r])
+        assert np.array_equal(alone.ids, together[r.key])
+
+
+def test_an_unknown_weight_format_is_refused(model):
+    with pytest.raises(ValueError, match="weight_format"):
+        AREngine(model, BYTE_LAYOUT, slots=2, kv_tokens=512, weight_format="int3")
