@@ -119,6 +119,22 @@ def init_checkpoint(
     typer.echo(f"wrote {model_dir} and {vae_dir} ({cfg.name}, seed {seed})")
 
 
+@app.command(no_args_is_help=True)
+def quantize(
+    out: Annotated[Path, typer.Argument(help="New directory for the quantised AR checkpoint.")],
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    weight_format: Annotated[str, typer.Option("--format", help="fp8: FP8 weights, one scale per output channel "
+                                               "(compressed-tensors FP8_DYNAMIC, W8A8).")] = "fp8",
+) -> None:
+    """Write the AR half of a checkpoint as a quantised Qwen3-shaped checkpoint in the compressed-tensors format
+    (for `--ar-checkpoint`, and readable by transformers)."""
+    from .quantized import write_quantized
+
+    written = guarded(write_quantized, model, vae, out, weight_format)
+    typer.echo(f"wrote {written} ({weight_format})")
+
+
 @app.command()
 def song(
     style: Annotated[str, typer.Option(help="Style tags, e.g. 'indie pop, female vocal, 120 bpm'.")],
@@ -139,13 +155,16 @@ def song(
     decode_precision: Annotated[str, typer.Option(help="The VAE's convolutions: fp32 (default) or tf32 (about 2x "
                                                        "faster on a GPU, audio ~3e-4 from FP32; another song's "
                                                        "bytes).")] = "fp32",
+    ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
+                                                       "quantize`) for the plan and semantic stages.")] = None,
 ) -> None:
     """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
     from .single import SongJob, render_song_folder
 
     job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
                   abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force,
-                  sampler="exact" if exact else "fast", decode_precision=decode_precision)
+                  sampler="exact" if exact else "fast", decode_precision=decode_precision,
+                  ar_checkpoint=ar_checkpoint)
     record = guarded(render_song_folder, job)
     t = record["timings"]
     line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
@@ -184,13 +203,16 @@ def render(
                                                       "it is replaced and its tracks go again.", min=1)] = 600.0,
     log_level: Annotated[str, typer.Option(help="What render.log in the album folder keeps: debug, info, warning "
                                                 "or error (the terminal shows warnings and errors).")] = "info",
+    ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
+                                                       "quantize`) for the plan and semantic stages.")] = None,
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from .driver import RenderOptions, render_album
 
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
-                         stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level)
+                         stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level,
+                         ar_checkpoint=ar_checkpoint)
     result = interruptible(guarded, render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "

@@ -44,6 +44,7 @@ class RenderOptions:
     stall_seconds: float = 600.0          # a busy worker that answers no ping for this long is replaced
     ar_window: int | None = None          # most tracks in the AR stages at once; None: the plan's, 0: no cap
     log_level: str = "info"               # what render.log in the album folder keeps (farm/logs.py)
+    ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
 
 
 @dataclass
@@ -66,13 +67,15 @@ def prepare(album_path: Path, opts: RenderOptions):
     from stages.weights import verify_checkpoint
 
     from .identity import checkpoint_identity
+    from .quantized import check_ar_checkpoint
 
     album = load_album(album_path)
     paths = resolve_model(opts.model or album.model or "tiny", opts.vae,
                           flag="--model" if opts.model else f"{album.path}: model")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
-    identity = checkpoint_identity(paths)
+    ar_format = check_ar_checkpoint(opts.ar_checkpoint, ckpt.cfg) if opts.ar_checkpoint else None
+    identity = checkpoint_identity(paths, opts.ar_checkpoint, ar_format)
     jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
     check_options(opts)
     flag = "--out" if opts.out else "the default output folder"

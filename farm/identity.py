@@ -51,16 +51,23 @@ def dir_digest(directory: Path) -> str:
     return h.hexdigest()
 
 
-def checkpoint_identity(paths: ModelPaths) -> dict[str, str]:
+def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar_format: str | None = None) -> dict:
+    """The weights a render runs: the MoT and the VAE, and a quantised AR checkpoint when one replaces the MoT's
+    AR half for the plan and semantic stages (its format and digest then enter those stages' keys)."""
     model, vae = dir_digest(paths.model_dir), dir_digest(paths.vae_dir)
-    return {"model": model, "vae": vae, "id": _digest({"model": model, "vae": vae})[:16]}
+    out = {"model": model, "vae": vae, "id": _digest({"model": model, "vae": vae})[:16]}
+    if ar_checkpoint is not None:
+        ar = {"format": ar_format, "weights": dir_digest(ar_checkpoint)}
+        out.update(ar=ar, id=_digest({"model": model, "vae": vae, "ar": ar})[:16])
+    return out
 
 
 def stage_keys(identity: dict, request, settings) -> dict[str, str]:
     """plan → semantic → acoustic → decode, each key covering its inputs, its settings and the key before it."""
     req = dataclasses.asdict(request)
     s = dataclasses.asdict(settings)
-    plan = _digest({"model": identity["model"], "request": req, "plan": s["plan"], "sampler": s["sampler"]})
+    plan = _digest({"model": identity["model"], "request": req, "plan": s["plan"], "sampler": s["sampler"],
+                    **({"ar": identity["ar"]} if "ar" in identity else {})})
     semantic = _digest({"plan": plan, "semantic": s["semantic"], "cfg": request.cfg_scale, "sampler": s["sampler"]})
     acoustic = _digest({"semantic": semantic, "ode_steps": s["ode_steps"], "cond_end": s["cond_end"]})
     decode = _digest({"acoustic": acoustic, "vae": identity["vae"], "core": s["vae_core_frames"],

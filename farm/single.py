@@ -11,6 +11,7 @@ from . import artifacts
 from .errors import UserError, read_user_text
 from .identity import checkpoint_identity, stage_keys
 from .models import resolve_model
+from .quantized import check_ar_checkpoint
 from .store import open_store
 
 
@@ -29,6 +30,7 @@ class SongJob:
     force: bool = False
     sampler: str = "fast"
     decode_precision: str = "fp32"
+    ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
 
 
 def read_lyrics(path: Path) -> str:
@@ -78,13 +80,15 @@ def render_song_folder(job: SongJob) -> dict:
     settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler,
                                 decode_precision=job.decode_precision)
     validate(ckpt, request, settings)
+    ar_format = check_ar_checkpoint(job.ar_checkpoint, ckpt.cfg) if job.ar_checkpoint else None
     store = open_store(job.out)               # last: a probe write, once everything else is known to be right
     if not job.force and not store.is_empty():
         raise UserError(f"--out {job.out} is not empty; pass --force to overwrite it")
 
-    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), sampler=job.sampler)
+    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), sampler=job.sampler,
+                          ar_checkpoint=job.ar_checkpoint)
     song = render_song(engines, request, settings)
-    identity = checkpoint_identity(paths)
+    identity = checkpoint_identity(paths, job.ar_checkpoint, ar_format)
     record = artifacts.settings_record(
         request=request, settings=settings, identity=identity, keys=stage_keys(identity, request, settings),
         device=device, dtype=ckpt.cfg.dtype, timings=timings_record(song.timings), truncated=song.truncated,

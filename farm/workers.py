@@ -68,6 +68,7 @@ class WorkerSpec:
     capacity: int | None = None   # AR: tokens per row (prefix + generation budget); None = the context
     exact: bool = False           # the reference sampler, one request at a time
     name: str = ""
+    ar_checkpoint: str | None = None   # AR: a quantised AR checkpoint instead of the MoT's AR half
 
 
 def stage_streams(torch) -> dict:
@@ -133,16 +134,24 @@ class CardWorker:
         from stages.transformer import AR, HEAD, NAR
         from stages.weights import load_model
 
-        parts = ({AR, HEAD} if "ar" in spec.engines else set()) | ({AR, NAR} if "acoustic" in spec.engines else set())
+        own_ar = "ar" in spec.engines and spec.ar_checkpoint is None
+        parts = ({AR, HEAD} if own_ar else set()) | ({AR, NAR} if "acoustic" in spec.engines else set())
         model = load_model(self.ckpt.model_dir, self.ckpt.cfg, parts, device=self.device) if parts else None
         cuda = self.device == "cuda"
         if "ar" in spec.engines:
             from stages.ar import AREngine
 
+            ar_model, ar_format = model, "bf16"
+            if spec.ar_checkpoint is not None:
+                from stages.ar_checkpoint import load_quantized_ar, read_format
+
+                ar_model = load_quantized_ar(spec.ar_checkpoint, self.ckpt.cfg, device=self.device)
+                ar_format = read_format(spec.ar_checkpoint, self.ckpt.cfg)
             sampler = "exact" if spec.exact else "fast"
-            self.ar = AREngine(model, self.ckpt.cfg.tokens, kv_tokens=self._kv_tokens(spec, model), sampler=sampler,
-                               cuda_graphs=cuda, compile=cuda)
-            self.ar_shape = f"ar slots={self.ar.slots} kv_pages={self.ar.kv.pages} sampler={sampler}"
+            self.ar = AREngine(ar_model, self.ckpt.cfg.tokens, kv_tokens=self._kv_tokens(spec, ar_model),
+                               sampler=sampler, cuda_graphs=cuda, compile=cuda, weight_format=ar_format)
+            self.ar_shape = (f"ar slots={self.ar.slots} kv_pages={self.ar.kv.pages} sampler={sampler} "
+                             f"weights={ar_format}")
             self.waiting: deque = deque()
             self.wake = threading.Condition()
             self.loop = None

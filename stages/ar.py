@@ -401,6 +401,12 @@ def _step_tail(x, attn, o, post_norm, gate_up, down, d):
                       skinny_gemm.linear, folded=True)
 
 
+def set_step_weights(model: YuE2, weight_format: str, layers: list[BranchWeights]) -> None:
+    """Give a model its decode step's weights in a format directly (a quantised AR checkpoint's own values, rather
+    than the model's weights quantised by `_step_weights`)."""
+    model.__dict__.setdefault("_branches", {})[f"ar-step-{weight_format}"] = layers
+
+
 def _plain_head(x, in_norm, qkv, d):
     """layer_qkv with its own RMSNorm (quantised weights: no folded norm)."""
     return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)

@@ -77,9 +77,10 @@ def check_layout(path: str | Path, expected: Mapping[str, Shape], needed: Iterab
         raise CheckpointError(f"{path}: missing tensor {missing[0]!r}{more}")
 
 
-def load_tensors(path: str | Path, names: Iterable[str], *, dtype: torch.dtype,
+def load_tensors(path: str | Path, names: Iterable[str], *, dtype: torch.dtype | None,
                  device: str | torch.device = "cpu") -> dict[str, torch.Tensor]:
-    """Read just `names` (absent ones are skipped: `check_layout` decides what may be absent), cast to `dtype`."""
+    """Read just `names` (absent ones are skipped: `check_layout` decides what may be absent), cast to `dtype`
+    (None: as stored)."""
     files = _files(Path(path))
     by_file: dict[Path, list[str]] = {}
     for name in names:
@@ -89,7 +90,8 @@ def load_tensors(path: str | Path, names: Iterable[str], *, dtype: torch.dtype,
     for file, wanted in by_file.items():
         with _opened(file, str(device)) as f:
             for name in wanted:
-                out[name] = f.get_tensor(name).to(dtype)
+                tensor = f.get_tensor(name)
+                out[name] = tensor if dtype is None else tensor.to(dtype)
     return out
 
 

@@ -46,10 +46,19 @@ class SongEngines:
     `fast` (CUDA graphs + torch.compile for the AR step) is a hardware choice and never changes a song."""
 
     def __init__(self, ckpt: Checkpoint, device="cpu", dtype: torch.dtype | None = None, fast=False,
-                 sampler: str = "fast"):
+                 sampler: str = "fast", ar_checkpoint=None):
+        """`ar_checkpoint`: a quantised AR checkpoint (ar_checkpoint.py) for the plan and semantic stages; the
+        MoT's own AR half still serves the acoustic stage's prefix."""
         self.ckpt, self.device = ckpt, torch.device(device)
         model = load_model(ckpt.model_dir, ckpt.cfg, ALL_PARTS, device=device, dtype=dtype)
-        self.ar = AREngine(model, ckpt.cfg.tokens, sampler=sampler, cuda_graphs=fast, compile=fast)
+        ar_model, ar_format = model, "bf16"
+        if ar_checkpoint is not None:
+            from .ar_checkpoint import load_quantized_ar, read_format
+
+            ar_model, ar_format = load_quantized_ar(ar_checkpoint, ckpt.cfg, device=device), \
+                read_format(ar_checkpoint, ckpt.cfg)
+        self.ar = AREngine(ar_model, ckpt.cfg.tokens, sampler=sampler, cuda_graphs=fast, compile=fast,
+                           weight_format=ar_format)
         self.acoustic = AcousticEngine(model, ckpt.cfg.tokens)
         self.decoder: OobleckDecoder = load_decoder(ckpt.vae_dir, ckpt.cfg.vae, device=device)
 

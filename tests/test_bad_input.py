@@ -72,6 +72,14 @@ def world(tmp_path_factory, tiny_ckpt_dir):
     config = json.loads((typo / "model" / "config.json").read_text())
     config["num_hiden_layers"] = config.pop("num_hidden_layers")
     (typo / "model" / "config.json").write_text(json.dumps(config))
+    from stages.ar_checkpoint import quantize_checkpoint
+    from stages.config import from_checkpoint
+
+    cfg = from_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
+    quantize_checkpoint(tiny_ckpt_dir / "model", cfg, w / "ar-fp8")
+    shutil.copytree(w / "ar-fp8", w / "ar-wide")
+    config = json.loads((w / "ar-wide" / "config.json").read_text())
+    (w / "ar-wide" / "config.json").write_text(json.dumps({**config, "hidden_size": 128}))
     return w
 
 
@@ -102,6 +110,8 @@ HELD = busy_port()       # held for the whole module: the dashboard case must fi
 
 # (id, argv with {w} = the world folder and {out} = a fresh output path, expected text in the message)
 RENDER = [
+    ("render-ar-checkpoint-wrong-shape", ["{w}/good.toml", "--ar-checkpoint", "{w}/ar-wide"],
+     "{w}/ar-wide/config.json: hidden_size is 128, the MoT checkpoint has 64"),
     ("spec-missing", ["{w}/nope.toml"], "no such album spec"),
     ("spec-is-dir", ["{w}/adir"], "is a directory"),
     ("spec-is-pipe", ["{w}/pipe"], "not a regular file"),
@@ -193,6 +203,10 @@ SONG = [
     ("song-model-missing", ["--model", "/nonexistent"], "--model /nonexistent"),
     ("song-ckpt-truncated", ["--model", "{w}/ckpt-truncated"], "not a readable safetensors file"),
     ("song-max-semantic-zero", ["--max-semantic-tokens", "0"], "max_tokens >= 1"),
+    ("song-ar-checkpoint-missing", ["--ar-checkpoint", "{w}/nope"], "--ar-checkpoint {w}/nope: not a directory"),
+    ("song-ar-checkpoint-not-one", ["--ar-checkpoint", "{w}/adir"], "{w}/adir/config.json: missing"),
+    ("song-ar-checkpoint-wrong-shape", ["--ar-checkpoint", "{w}/ar-wide"],
+     "{w}/ar-wide/config.json: hidden_size is 128, the MoT checkpoint has 64"),
 ]
 
 OTHERS = [
@@ -208,6 +222,9 @@ OTHERS = [
     ("inventory-profile-broken", ["inventory", "--cluster", "{w}/broken.toml"], "not valid TOML"),
     ("init-checkpoint-config", ["init-checkpoint", "{out}", "--config", "huge"], "huge"),
     ("report-no-album", ["report", "{w}/adir"], "adir"),
+    ("quantize-format", ["quantize", "{out}", "--format", "int4"], "--format: expected one of fp8, got 'int4'"),
+    ("quantize-model-missing", ["quantize", "{out}", "--model", "/nonexistent"], "--model /nonexistent"),
+    ("quantize-out-exists", ["quantize", "{w}/ar-fp8"], "{w}/ar-fp8 already exists"),
     ("dashboard-no-album", ["dashboard", "{w}/adir"], "adir"),
 ]
 

@@ -1,0 +1,44 @@
+"""`farm quantize` and the checks around a quantised AR checkpoint that a render or a song is given."""
+from __future__ import annotations
+
+from pathlib import Path
+
+from .errors import UserError
+
+EXTRA = "compressed-tensors is not installed: pip install 'yue2-farm[quant]'"
+
+
+def _library() -> None:
+    try:
+        import compressed_tensors  # noqa: F401  (the format's reader and writer)
+    except ImportError:
+        raise UserError(EXTRA) from None
+
+
+def write_quantized(model: str, vae: str | None, out: Path, weight_format: str) -> Path:
+    from stages.ar_checkpoint import FORMATS, quantize_checkpoint
+    from stages.requests import open_checkpoint
+
+    from .models import resolve_model
+
+    if weight_format not in FORMATS:
+        raise UserError(f"--format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
+    _library()
+    paths = resolve_model(model, vae)
+    ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
+    return quantize_checkpoint(paths.model_dir, ckpt.cfg, Path(out).expanduser(), weight_format)
+
+
+def check_ar_checkpoint(ar_dir: str | Path, cfg, flag: str = "--ar-checkpoint") -> str:
+    """A quantised AR checkpoint that fits `cfg` → its format; a clear error otherwise (headers only)."""
+    from stages.ar_checkpoint import WEIGHTS_FILE, layout, read_format
+    from stages.checkpoint import check_layout
+
+    path = Path(ar_dir).expanduser()
+    if not path.is_dir():
+        raise UserError(f"{flag} {ar_dir}: not a directory")
+    _library()
+    fmt = read_format(path, cfg)
+    shapes = layout(cfg.model)
+    check_layout(path / WEIGHTS_FILE, shapes, shapes)
+    return fmt

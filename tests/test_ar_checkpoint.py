@@ -1,0 +1,107 @@
+"""Quantised AR checkpoints (stages/ar_checkpoint.py) on the tiny model: written with compressed-tensors, read by
+transformers + compressed-tensors as a Qwen3 model, read back by us into the AR engine, and refused clearly when
+they do not fit the MoT checkpoint."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import numpy as np
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from stages import ar_checkpoint, quant
+from stages.ar import AREngine, ARRequest
+from stages.checkpoint import CheckpointError
+from stages.config import Sampling
+from stages.transformer import AR, HEAD
+from stages.weights import load_model
+
+
+@pytest.fixture(scope="module")
+def fp8_dir(tiny_ckpt_dir, tiny_cfg, tmp_path_factory):
+    return ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg,
+                                             tmp_path_factory.mktemp("q") / "ar-fp8", "fp8")
+
+
+def test_transformers_reads_our_fp8_checkpoint_as_a_compressed_qwen3(fp8_dir, tiny_cfg):
+    """The ecosystem's reader (transformers with compressed-tensors) loads our directory as Qwen3ForCausalLM with
+    FP8 weights equal to ours, and its W8A8 forward is close to our W8A16 step."""
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(fp8_dir, dtype=torch.float32)
+    assert type(hf).__name__ == "Qwen3ForCausalLM"
+    model = ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg)
+    engine = AREngine(model, tiny_cfg.tokens, slots=2, kv_tokens=1024, weight_format="fp8")
+    for layer, ours in zip(hf.model.layers, engine.step_weights):
+        attn, mlp = layer.self_attn, layer.mlp
+        rows = [attn.q_proj, attn.k_proj, attn.v_proj]
+        theirs = torch.cat([m.weight.float() * m.weight_scale.float() for m in rows])
+        assert rows[0].weight.dtype == quant.FP8
+        torch.testing.assert_close(theirs, quant.dequantize(*ours.qkv), rtol=0, atol=0)
+        theirs = torch.cat([m.weight.float() * m.weight_scale.float() for m in (mlp.gate_proj, mlp.up_proj)])
+        torch.testing.assert_close(theirs, quant.dequantize(*ours.gate_up), rtol=0, atol=0)
+    ids = [256, 5, 9, 200, 33, 77, 1]
+    with torch.inference_mode():
+        reference = hf(torch.tensor([ids])).logits[0, 2:]
+        steps = torch.stack([engine.prefill(0, ids[:3])] + [engine.decode({0: t})[0] for t in ids[3:]])
+    # theirs also quantises the activations to FP8 (W8A8): close, not equal
+    assert (steps - reference).abs().max() < 0.1 * reference.abs().max()
+
+
+@torch.inference_mode()
+def test_an_engine_on_the_checkpoint_equals_an_engine_quantising_the_mot(fp8_dir, tiny_ckpt_dir, tiny_cfg):
+    from_file = AREngine(ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg), tiny_cfg.tokens, slots=4,
+                         kv_tokens=2048, weight_format="fp8")
+    mot = load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, HEAD})
+    on_load = AREngine(mot, tiny_cfg.tokens, slots=4, kv_tokens=2048, weight_format="fp8")
+    for a, b in zip(from_file.step_weights, on_load.step_weights):
+        for name in ("qkv", "o", "gate_up", "down"):
+            torch.testing.assert_close(quant.dequantize(*getattr(a, name)), quant.dequantize(*getattr(b, name)),
+                                       rtol=0, atol=0)
+    s = Sampling(1.0, 0.95, 100, 1.2, 50, 30, 30)
+    request = ARRequest("a", "semantic", (256, 40, 41, 42, 464), s, seed=7)
+    (x,), (y,) = from_file.generate([request]), on_load.generate([request])
+    assert np.array_equal(x.ids, y.ids) and len(x.ids) == 30
+
+
+def _broken(fp8_dir, tmp_path, edit_config=None, edit_tensors=None):
+    bad = tmp_path / "bad"
+    shutil.copytree(fp8_dir, bad)
+    if edit_config:
+        data = json.loads((bad / "config.json").read_text())
+        edit_config(data)
+        (bad / "config.json").write_text(json.dumps(data))
+    if edit_tensors:
+        tensors = load_file(str(bad / "model.safetensors"))
+        edit_tensors(tensors)
+        save_file(tensors, str(bad / "model.safetensors"))
+    return bad
+
+
+@pytest.mark.parametrize("edit_config, edit_tensors, message", [
+    (lambda d: d.update(model_type="llama"), None, "model_type must be 'qwen3'"),
+    (lambda d: d.update(hidden_size=128), None, "hidden_size is 128, the MoT checkpoint has 64"),
+    (lambda d: d["quantization_config"].update(format="pack-quantized"), None, "format 'pack-quantized' is not supported"),
+    (lambda d: d["quantization_config"]["config_groups"]["group_0"]["weights"].update(strategy="tensor"), None,
+     "one scale per output channel"),
+    (lambda d: d.pop("quantization_config"), None, "quant_method must be 'compressed-tensors'"),
+    (None, lambda t: t.pop("model.layers.1.mlp.down_proj.weight_scale"), "missing tensor 'model.layers.1.mlp.down_proj.weight_scale'"),
+    (None, lambda t: t.update({"model.layers.0.self_attn.o_proj.weight": t["model.layers.0.self_attn.o_proj.weight"].float()}),
+     "'model.layers.0.self_attn.o_proj.weight' is torch.float32, expected torch.float8_e4m3fn"),
+])
+def test_a_checkpoint_that_does_not_fit_is_refused_naming_file_and_field(fp8_dir, tiny_cfg, tmp_path, edit_config,
+                                                                        edit_tensors, message):
+    bad = _broken(fp8_dir, tmp_path, edit_config, edit_tensors)
+    with pytest.raises(CheckpointError, match=None) as info:
+        ar_checkpoint.load_quantized_ar(bad, tiny_cfg)
+    assert message in str(info.value) and str(bad) in str(info.value)
+
+
+def test_quantize_never_overwrites_and_knows_its_formats(fp8_dir, tiny_ckpt_dir, tiny_cfg, tmp_path):
+    with pytest.raises(FileExistsError):
+        ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg, fp8_dir)
+    with pytest.raises(CheckpointError, match="format must be one of fp8"):
+        ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg, tmp_path / "x", "int3")
+    assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
