@@ -9,10 +9,11 @@ EXTRA = "compressed-tensors is not installed: pip install 'yue2-farm[quant]'"
 
 
 def _library() -> None:
-    try:
-        import compressed_tensors  # noqa: F401  (the format's reader and writer)
-    except ImportError:
-        raise UserError(EXTRA) from None
+    """The format's reader and writer is an optional extra: say how to get it rather than fail on import."""
+    import importlib.util
+
+    if importlib.util.find_spec("compressed_tensors") is None:
+        raise UserError(EXTRA)
 
 
 def write_quantized(model: str, vae: str | None, out: Path, weight_format: str) -> Path:
