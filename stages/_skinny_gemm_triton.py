@@ -23,11 +23,6 @@ import triton.language as tl
 
 
 @triton.jit
-def _widen(w, MMA: tl.constexpr):
-    return w.to(MMA)
-
-
-@triton.jit
 def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
           BK: tl.constexpr, STAGES: tl.constexpr, NORM: tl.constexpr, MMA: tl.constexpr):
     """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM], and with NORM each row's Σx² over the range
@@ -35,7 +30,7 @@ def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.conste
     m = tl.arange(0, BM)
     kk = tl.arange(0, BK)
     xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
-    acc = tl.dot(_widen(w_first, MMA), xt.to(MMA), tl.zeros([BN, BM], tl.float32))
+    acc = tl.dot(w_first.to(MMA), xt.to(MMA), tl.zeros([BN, BM], tl.float32))
     squares = tl.zeros([BM], tl.float32)
     if NORM:
         squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
@@ -43,7 +38,7 @@ def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.conste
         k = k_lo + i
         xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
         w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
-        acc = tl.dot(_widen(w, MMA), xt.to(MMA), acc)
+        acc = tl.dot(w.to(MMA), xt.to(MMA), acc)
         if NORM:
             squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
     return acc, squares

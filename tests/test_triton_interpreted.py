@@ -34,6 +34,25 @@ SKINNY_GEMM = textwrap.dedent("""
 """)
 
 
+FP8_GEMM = textwrap.dedent("""
+    import torch
+    from stages import quant, skinny_gemm as sg
+    torch.manual_seed(0)
+    cases = [(5, 128, 256, "none", sg.Tiling(32, 64, 1)), (32, 64, 512, "add", sg.Tiling(32, 64, 4)),
+             (3, 64, 256, "silu_mul", sg.Tiling(16, 32, 2))]
+    for m, n, k, epilogue, t in cases:
+        x = torch.randn(m, k)
+        values, scale = quant.quantize_fp8(torch.randn(2 * n if epilogue == "silu_mul" else n, k))
+        res = torch.randn(m, n) if epilogue == "add" else None
+        want = sg.reference(x, values, epilogue, res, scale=scale)
+        got = sg._launch(x, values, epilogue, res, scale=scale, t=t)
+        # the kernel multiplies in FP16 (x rounded to FP16's 11 bits here, exact for BF16 activations on a GPU)
+        assert (got - want).abs().max() <= 2e-3 * want.abs().max(), (m, n, k, epilogue, t)
+        assert torch.equal(got, sg._launch(x, values, epilogue, res, scale=scale, t=t))
+    print("ok", len(cases))
+""")
+
+
 PAGED_ATTENTION = textwrap.dedent("""
     import torch
     from stages import paged_attention as pa
@@ -66,6 +85,11 @@ def _interpret(code: str) -> str:
 def test_skinny_gemm_kernel():
     """Split-K with its last-finisher reduction, the three epilogues, the folded RMSNorm, M below the row tile."""
     assert _interpret(SKINNY_GEMM).startswith("ok 7")
+
+
+def test_fp8_skinny_gemm_kernel():
+    """FP8 weights with per-channel scales (quant.py): the FP16 MMA, split-K and the epilogues."""
+    assert _interpret(FP8_GEMM).startswith("ok 3")
 
 
 def test_paged_attention_kernels():
