@@ -35,6 +35,8 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
 ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
                                        help="'tiny' (random, created on first use) or a checkpoint directory.")]
 VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when --model is a bare model dir.")]
+KvOpt = Annotated[str, typer.Option("--kv-cache", help="The AR KV cache: bf16 (the model's dtype) or fp8 (e4m3: "
+                                    "half the bytes a step reads; other songs).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 # One meaning per flag name: `--json PATH` writes a report file (the benchmarks); how a command prints is --format.
 OutputOpt = Annotated[str, typer.Option("--format", help="How to print it: table or json.")]
@@ -157,6 +159,7 @@ def song(
                                                        "bytes).")] = "fp32",
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages.")] = None,
+    kv_cache: KvOpt = "bf16",
 ) -> None:
     """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
     from .single import SongJob, render_song_folder
@@ -164,7 +167,7 @@ def song(
     job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
                   abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force,
                   sampler="exact" if exact else "fast", decode_precision=decode_precision,
-                  ar_checkpoint=ar_checkpoint)
+                  ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
     record = guarded(render_song_folder, job)
     t = record["timings"]
     line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
@@ -205,6 +208,7 @@ def render(
                                                 "or error (the terminal shows warnings and errors).")] = "info",
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages.")] = None,
+    kv_cache: KvOpt = "bf16",
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from .driver import RenderOptions, render_album
@@ -212,7 +216,7 @@ def render(
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
                          stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level,
-                         ar_checkpoint=ar_checkpoint)
+                         ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
     result = interruptible(guarded, render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
@@ -382,6 +386,7 @@ def bench_ar(
     numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
     weight_format: Annotated[str, typer.Option("--format", help="AR weights: bf16 (the model's own) or fp8 "
                                                "(quantised per output channel when the engine starts).")] = "bf16",
+    kv_cache: KvOpt = "bf16",
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
     summary: Annotated[Path | None, typer.Option(help="Update these headline keys (docs/measured/summary.json).")]
     = None,
@@ -393,8 +398,12 @@ def bench_ar(
 
     if weight_format not in FORMATS:
         fail(f"--format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
+    from .quantized import check_kv_cache
+
+    guarded(check_kv_cache, kv_cache)
     report = guarded(run_ar_bench, model=model, vae=vae, device=device, rows=tuple(rows or ROWS), blocks=blocks,
-                     numerics_tokens=numerics_tokens, json_out=json_out, weight_format=weight_format)
+                     numerics_tokens=numerics_tokens, json_out=json_out, weight_format=weight_format,
+                     kv_format=kv_cache)
     if summary:
         from .measured import ar_figures, update_summary
 
@@ -431,6 +440,7 @@ def bench_album(
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
     gantt: Annotated[Path | None, typer.Option(help="Also write the album's Gantt chart (PNG) here.")] = None,
+    kv_cache: KvOpt = "bf16",
     summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
     = None,
 ) -> None:
@@ -440,7 +450,7 @@ def bench_album(
     report = guarded(run_album_bench, model=model, vae=vae, tracks=tracks, plan_tokens=plan_tokens,
                      semantic_tokens=semantic_tokens, pins=tuple(pin or ()), sequential=sequential,
                      json_out=json_out, address=address, cluster=cluster, mixed=mixed, ar_window=ar_window,
-                     gantt=gantt)
+                     gantt=gantt, kv_cache=kv_cache)
     if summary:
         from .measured import album_figures, update_summary
 

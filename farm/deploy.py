@@ -137,7 +137,8 @@ def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: lis
         spec = WorkerSpec(engines, str(paths.model_dir), str(paths.vae_dir), store_url,
                           CardRef(d.node, d.name, d.uuid, d.virtual, d.is_cpu), opts.threads, rows,
                           None if opts.exact else capacity, opts.exact, name=f"{'+'.join(engines)}@{card}",
-                          ar_checkpoint=str(opts.ar_checkpoint) if opts.ar_checkpoint else None)
+                          ar_checkpoint=str(opts.ar_checkpoint) if opts.ar_checkpoint else None,
+                          kv_cache=opts.kv_cache)
         actor = launch(spec)
         for w in planned:
             slots[f"{w.stage}@{w.card}"], specs[f"{w.stage}@{w.card}"] = actor, spec

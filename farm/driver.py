@@ -45,6 +45,7 @@ class RenderOptions:
     ar_window: int | None = None          # most tracks in the AR stages at once; None: the plan's, 0: no cap
     log_level: str = "info"               # what render.log in the album folder keeps (farm/logs.py)
     ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
+    kv_cache: str = "bf16"                # the AR engines' KV format (stages/kv_cache.py KV_FORMATS)
 
 
 @dataclass
@@ -67,7 +68,7 @@ def prepare(album_path: Path, opts: RenderOptions):
     from stages.weights import verify_checkpoint
 
     from .identity import checkpoint_identity
-    from .quantized import check_ar_checkpoint
+    from .quantized import check_ar_checkpoint, check_kv_cache
 
     album = load_album(album_path)
     paths = resolve_model(opts.model or album.model or "tiny", opts.vae,
@@ -75,7 +76,8 @@ def prepare(album_path: Path, opts: RenderOptions):
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
     ar_format = check_ar_checkpoint(opts.ar_checkpoint, ckpt.cfg) if opts.ar_checkpoint else None
-    identity = checkpoint_identity(paths, opts.ar_checkpoint, ar_format)
+    check_kv_cache(opts.kv_cache)
+    identity = checkpoint_identity(paths, opts.ar_checkpoint, ar_format, opts.kv_cache)
     jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
     check_options(opts)
     flag = "--out" if opts.out else "the default output folder"

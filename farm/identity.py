@@ -51,13 +51,19 @@ def dir_digest(directory: Path) -> str:
     return h.hexdigest()
 
 
-def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar_format: str | None = None) -> dict:
-    """The weights a render runs: the MoT and the VAE, and a quantised AR checkpoint when one replaces the MoT's
-    AR half for the plan and semantic stages (its format and digest then enter those stages' keys)."""
+def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar_format: str | None = None,
+                        kv_cache: str = "bf16") -> dict:
+    """The weights and numerics a render runs: the MoT and the VAE; and under "ar", what makes the plan and
+    semantic stages differ from the MoT's own AR half in the model dtype — a quantised AR checkpoint (its format
+    and digest) and an FP8 KV cache. "ar" enters those stages' keys, so a render never mixes their outputs."""
     model, vae = dir_digest(paths.model_dir), dir_digest(paths.vae_dir)
     out = {"model": model, "vae": vae, "id": _digest({"model": model, "vae": vae})[:16]}
+    ar = {}
     if ar_checkpoint is not None:
-        ar = {"format": ar_format, "weights": dir_digest(ar_checkpoint)}
+        ar.update(format=ar_format, weights=dir_digest(ar_checkpoint))
+    if kv_cache != "bf16":
+        ar["kv_cache"] = kv_cache
+    if ar:
         out.update(ar=ar, id=_digest({"model": model, "vae": vae, "ar": ar})[:16])
     return out
 

@@ -36,8 +36,9 @@ def ar_figures(report: dict) -> dict[str, float]:
         return next((r for r in report["rows"] if r["scenario"] == scenario and r["rows"] == rows), {})
 
     b1, b24 = row("prompt-450", 1), row("semantic-ref", 24)
-    fmt = report.get("weight_format", "bf16")
-    suffix = "" if fmt == "bf16" else f"_{fmt}"        # ar_b1_tok_s, ar_b1_tok_s_fp8, …
+    fmt, kv = report.get("weight_format", "bf16"), report.get("kv_format", "bf16")
+    # ar_b1_tok_s, ar_b1_tok_s_fp8, ar_b1_tok_s_kvfp8, ar_b1_tok_s_fp8_kvfp8
+    suffix = ("" if fmt == "bf16" else f"_{fmt}") + ("" if kv == "bf16" else f"_kv{kv}")
     return {f"ar_b1_tok_s{suffix}": b1.get("tokens_s"), f"ar_b1_floor_ratio{suffix}": b1.get("floor_ratio"),
             f"ar_b24_tok_s{suffix}": b24.get("tokens_s"), f"ar_b24_floor_ratio{suffix}": b24.get("floor_ratio")}
 
@@ -60,7 +61,8 @@ def album_figures(report: dict) -> dict[str, float]:
     """album<N>_<G>gpu_s: the makespan of N tracks on G cards; _ar_s: first plan start → last semantic end (the
     AR part); and the speed-up over the sequential path when it ran."""
     cards = len({c for s in report["stages"] for c in s["cards"]})
-    name = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}_{cards}gpu"
+    kv = "" if report.get("kv_cache", "bf16") == "bf16" else f"_kv{report['kv_cache']}"
+    name = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}_{cards}gpu{kv}"
     ar = [e for e in report["events"] if e["ok"] and e["stage"] in ("plan", "semantic")]
     out = {f"{name}_s": report["album_makespan_s"],
            f"{name}_ar_s": max(e["end"] for e in ar) - min(e["start"] for e in ar) if ar else None}

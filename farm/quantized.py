@@ -1,4 +1,5 @@
-"""`farm quantize` and the checks around a quantised AR checkpoint that a render or a song is given."""
+"""`farm quantize`, and the checks of the quantised AR options a render or a song is given (--ar-checkpoint,
+--kv-cache)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -43,3 +44,10 @@ def check_ar_checkpoint(ar_dir: str | Path, cfg, flag: str = "--ar-checkpoint") 
     shapes = layout(cfg.model)
     check_layout(path / WEIGHTS_FILE, shapes, shapes)
     return fmt
+
+
+def check_kv_cache(kv_cache: str, flag: str = "--kv-cache") -> None:
+    from stages.kv_cache import KV_FORMATS
+
+    if kv_cache not in KV_FORMATS:
+        raise UserError(f"{flag}: expected one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")

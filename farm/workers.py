@@ -69,6 +69,7 @@ class WorkerSpec:
     exact: bool = False           # the reference sampler, one request at a time
     name: str = ""
     ar_checkpoint: str | None = None   # AR: a quantised AR checkpoint instead of the MoT's AR half
+    kv_cache: str = "bf16"             # AR: the KV cache's format
 
 
 def stage_streams(torch) -> dict:
@@ -149,9 +150,10 @@ class CardWorker:
                 ar_format = read_format(spec.ar_checkpoint, self.ckpt.cfg)
             sampler = "exact" if spec.exact else "fast"
             self.ar = AREngine(ar_model, self.ckpt.cfg.tokens, kv_tokens=self._kv_tokens(spec, ar_model),
-                               sampler=sampler, cuda_graphs=cuda, compile=cuda, weight_format=ar_format)
+                               sampler=sampler, cuda_graphs=cuda, compile=cuda, weight_format=ar_format,
+                               kv_format=spec.kv_cache)
             self.ar_shape = (f"ar slots={self.ar.slots} kv_pages={self.ar.kv.pages} sampler={sampler} "
-                             f"weights={ar_format}")
+                             f"weights={ar_format} kv={spec.kv_cache}")
             self.waiting: deque = deque()
             self.wake = threading.Condition()
             self.loop = None
@@ -168,7 +170,7 @@ class CardWorker:
     def _kv_tokens(self, spec: WorkerSpec, model) -> int:
         """The planner's KV budget (rows × tokens per row), capped on a real card by what its memory holds after
         the weights, with room kept for the acoustic stage's working set when it shares the card."""
-        from stages.kv_cache import tokens_for_memory
+        from stages.kv_cache import storage_dtype, tokens_for_memory
 
         cfg = self.ckpt.cfg.model
         want = max(2, spec.rows) * (spec.capacity or cfg.context)
@@ -176,7 +178,7 @@ class CardWorker:
             return want
         free, _ = self.torch.cuda.mem_get_info()
         keep = (12 << 30) if "acoustic" in spec.engines else (4 << 30)
-        dtype = model.model.embed_tokens.weight.dtype
+        dtype = storage_dtype(spec.kv_cache, model.model.embed_tokens.weight.dtype)
         return max(cfg.context, min(want, tokens_for_memory(cfg, dtype, free, keep_free=keep)))
 
     # ---- where, and what a call leaves behind ---------------------------------------------------------------

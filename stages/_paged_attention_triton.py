@@ -4,7 +4,9 @@ Both kernels read the raw q/k/v product of the step ([rows, (HEADS + 2·KV)·D]:
 apply the per-head RMSNorm and RoPE themselves (`_norm_rope`). Scores are kept in base 2: `qk_scale` already
 holds 1/√d · log₂e. A row of length L attends to its L − 1 cached keys (the split kernel, span by span) and to
 the step's own new key (the merge kernel, which also stores that key and its value into the row's page: nothing
-reads that place during the split kernel, so there is no race)."""
+reads that place during the split kernel, so there is no race). With FP8, the pools hold e4m3 keys and values
+(kv_cache.py): the split kernel widens them to FP16 for its products, and the merge kernel rounds the new key and
+value to e4m3 before it uses and stores them."""
 import triton
 import triton.language as tl
 
@@ -35,7 +37,7 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                        s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
                        PAGE: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr,
-                       ROUNDS: tl.constexpr, PDL: tl.constexpr):
+                       ROUNDS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row's cached keys: the query heads of one
     GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it."""
     if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
@@ -64,7 +66,9 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                     kmask = pos + n < past
                     offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
                     k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
-                    if IEEE:   # FP32 caches: no TF32 rounding
+                    if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
+                        s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
+                    elif IEEE:   # FP32 caches: no TF32 rounding
                         s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
                     else:
                         s = tl.dot(q, tl.trans(k)) * qk_scale
@@ -74,7 +78,9 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                     weights = tl.exp2(s - m_new[:, None])
                     total = total * alpha + tl.sum(weights, 1)
                     v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-                    if IEEE:
+                    if FP8:
+                        acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
+                    elif IEEE:
                         acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
                     else:
                         acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
@@ -88,7 +94,7 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
 def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
                     s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
                     HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                    SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr, PDL: tl.constexpr):
+                    SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, head): the new key first, then the row's spans in order, 32 at a time (a fixed order, so
     batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
     if PDL:
@@ -106,6 +112,9 @@ def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
         k_new = tl.sum(_norm_rope(QKV, KW, COS, SIN, row * s_r, row * scs_r, HEADS + kvh + one, everywhere, eps,
                                   D), 0).to(QKV.dtype.element_ty)
         v_new = tl.load(QKV + row * s_r + (HEADS + KV + kvh) * D + d)
+        if FP8:    # the new key and value as the cache will hold them, so every key is seen the same way
+            k_new = tl.clamp(k_new.to(tl.float32), -448.0, 448.0).to(K.dtype.element_ty)
+            v_new = tl.clamp(v_new.to(tl.float32), -448.0, 448.0).to(V.dtype.element_ty)
         q = q.to(tl.float32)
         m = tl.sum(q * k_new.to(tl.float32), 0) * qk_scale
         total = tl.full([], 1.0, tl.float32)

@@ -77,10 +77,11 @@ class _Live:
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
                  sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16,
-                 weight_format: str = "bf16"):
+                 weight_format: str = "bf16", kv_format: str = "bf16"):
         """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
         graph replay and per host read in the fast mode. `weight_format`: how the AR linear layers are read
-        (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts)."""
+        (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts). `kv_format`: how the
+        KV cache stores keys and values (kv_cache.KV_FORMATS; "fp8" halves what a step reads of them)."""
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if weight_format not in quant.FORMATS:
@@ -90,7 +91,7 @@ class AREngine:
         self.device, self.dtype = model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype
         self.slots, self.block = slots, block
         self.kv = PagedKV(cfg, slots=slots, tokens=kv_tokens or 2 * cfg.context, device=self.device,
-                          dtype=self.dtype)
+                          dtype=self.dtype, kv_format=kv_format)
         self.table = fast_sampling.SlotTable.empty(slots, cfg.vocab_size, self.device)
         self.tokens = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.lengths = torch.zeros(slots, dtype=torch.long, device=self.device)
@@ -195,6 +196,8 @@ class AREngine:
             self.kv.write(i, pages, offsets, k[0].transpose(0, 1), v[0].transpose(0, 1))
             if start:
                 out = attend(q, *self.kv.read(i, slot, end), mask=mask)
+            elif self.kv.kv_format != "bf16":    # the keys as every later step will read them back
+                out = attend(q, self.kv.stored(k), self.kv.stored(v), causal=True)
             else:
                 out = attend(q, k, v, causal=True)
             x = layer_tail(x, out, w, self.dims, self._linear)

@@ -12,6 +12,23 @@ import torch
 from .config import ModelConfig
 
 PAGE_TOKENS = 64
+KV_FORMATS = ("bf16", "fp8")   # "bf16": the model's own dtype; "fp8": e4m3, half the bytes a step reads
+FP8_MAX = 448.0
+
+
+def storage_dtype(kv_format: str, dtype: torch.dtype) -> torch.dtype:
+    if kv_format not in KV_FORMATS:
+        raise ValueError(f"kv format must be one of {KV_FORMATS}, got {kv_format!r}")
+    return torch.float8_e4m3fn if kv_format == "fp8" else dtype
+
+
+def to_pool(x: torch.Tensor, pool_dtype: torch.dtype) -> torch.Tensor:
+    """Keys or values as the pool stores them. FP8 keeps no scale: the keys are RMS-normalised per head and the
+    values of a layer are of order one, far inside e4m3's ±448; beyond it they saturate (a plain cast would give
+    NaN)."""
+    if pool_dtype == torch.float8_e4m3fn:
+        return x.float().clamp(-FP8_MAX, FP8_MAX).to(pool_dtype)
+    return x.to(pool_dtype)
 
 
 def token_bytes(cfg: ModelConfig, dtype: torch.dtype) -> int:
@@ -29,15 +46,18 @@ def tokens_for_memory(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, *, 
 
 
 class PagedKV:
-    """k, v: [layers, pages, kv_heads, PAGE_TOKENS, head_dim]; block_table [slots, pages per slot] int32."""
+    """k, v: [layers, pages, kv_heads, PAGE_TOKENS, head_dim]; block_table [slots, pages per slot] int32.
+    `dtype` is the model's; `kv_format` "fp8" stores e4m3 instead (`read` gives the model's dtype back)."""
 
-    def __init__(self, cfg: ModelConfig, *, slots: int, tokens: int, device, dtype, page: int = PAGE_TOKENS):
-        self.page = page
+    def __init__(self, cfg: ModelConfig, *, slots: int, tokens: int, device, dtype, page: int = PAGE_TOKENS,
+                 kv_format: str = "bf16"):
+        self.page, self.dtype, self.kv_format = page, dtype, kv_format
+        pool = storage_dtype(kv_format, dtype)
         self.pages = 1 + -(-tokens // page)
         self.per_slot = -(-cfg.context // page)
         shape = (cfg.num_hidden_layers, self.pages, cfg.num_key_value_heads, page, cfg.head_dim)
-        self.k = torch.zeros(shape, dtype=dtype, device=device)
-        self.v = torch.zeros(shape, dtype=dtype, device=device)
+        self.k = torch.zeros(shape, dtype=pool, device=device)
+        self.v = torch.zeros(shape, dtype=pool, device=device)
         self.block_table = torch.zeros(slots, self.per_slot, dtype=torch.int32, device=device)
         self.heads = torch.arange(cfg.num_key_value_heads, device=device)
         self.free = list(range(1, self.pages))
@@ -70,14 +90,18 @@ class PagedKV:
     def write(self, layer: int, pages: torch.Tensor, offsets: torch.Tensor, k: torch.Tensor, v: torch.Tensor):
         """k, v [T, kv_heads, head_dim] into the given (page, offset) places of `layer`."""
         index = (pages[:, None], self.heads[None, :], offsets[:, None])
-        self.k[layer].index_put_(index, k)
-        self.v[layer].index_put_(index, v)
+        self.k[layer].index_put_(index, to_pool(k, self.k.dtype))
+        self.v[layer].index_put_(index, to_pool(v, self.v.dtype))
+
+    def stored(self, x: torch.Tensor) -> torch.Tensor:
+        """x as a read of the pool would give it back (rounded through the storage dtype)."""
+        return to_pool(x, self.k.dtype).to(self.dtype)
 
     def read(self, layer: int, slot: int, end: int) -> tuple[torch.Tensor, torch.Tensor]:
         """The first `end` keys and values of `slot` → [1, kv_heads, end, head_dim] each."""
         pages = torch.tensor(self.owned[slot][:self.pages_for(end)], dtype=torch.long, device=self.k.device)
 
         def gather(pool):
-            x = pool[layer][pages].permute(1, 0, 2, 3)
+            x = pool[layer][pages].permute(1, 0, 2, 3).to(self.dtype)
             return x.reshape(x.shape[0], -1, x.shape[-1])[None, :, :end]
         return gather(self.k), gather(self.v)

@@ -22,6 +22,7 @@ import math
 
 import torch
 
+from .kv_cache import to_pool
 from .transformer import Dims, qk_norm_rope, split_heads
 
 SPLIT = 128          # keys per span: short rows still spread over several programs
@@ -42,8 +43,8 @@ def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_le
         if length == 0:
             continue
         place = int(block_table[r, (length - 1) // page]), (length - 1) % page
-        k_pool[place[0], :, place[1]] = k_new[r]
-        v_pool[place[0], :, place[1]] = v_new[r]
+        k_pool[place[0], :, place[1]] = to_pool(k_new[r], k_pool.dtype)
+        v_pool[place[0], :, place[1]] = to_pool(v_new[r], v_pool.dtype)
         table = block_table[r, :-(-length // page)].long()
         k = k_pool[table].permute(1, 0, 2, 3).reshape(kv, -1, d)[:, :length]
         v = v_pool[table].permute(1, 0, 2, 3).reshape(kv, -1, d)[:, :length]
@@ -77,7 +78,8 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
     lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=qkv.device)
     out = torch.empty(rows, heads, d, dtype=qkv.dtype, device=qkv.device)
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
-    common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, SPLIT=SPLIT, PDL=early, launch_pdl=early)
+    common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, SPLIT=SPLIT, PDL=early, launch_pdl=early,
+                  FP8=k_pool.dtype == torch.float8_e4m3fn)
     split_kv_attention[(rows, kv, PROGRAMS)](
         qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),

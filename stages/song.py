@@ -46,9 +46,9 @@ class SongEngines:
     `fast` (CUDA graphs + torch.compile for the AR step) is a hardware choice and never changes a song."""
 
     def __init__(self, ckpt: Checkpoint, device="cpu", dtype: torch.dtype | None = None, fast=False,
-                 sampler: str = "fast", ar_checkpoint=None):
+                 sampler: str = "fast", ar_checkpoint=None, kv_cache: str = "bf16"):
         """`ar_checkpoint`: a quantised AR checkpoint (ar_checkpoint.py) for the plan and semantic stages; the
-        MoT's own AR half still serves the acoustic stage's prefix."""
+        MoT's own AR half still serves the acoustic stage's prefix. `kv_cache`: the AR engine's KV format."""
         self.ckpt, self.device = ckpt, torch.device(device)
         model = load_model(ckpt.model_dir, ckpt.cfg, ALL_PARTS, device=device, dtype=dtype)
         ar_model, ar_format = model, "bf16"
@@ -58,7 +58,7 @@ class SongEngines:
             ar_model, ar_format = load_quantized_ar(ar_checkpoint, ckpt.cfg, device=device), \
                 read_format(ar_checkpoint, ckpt.cfg)
         self.ar = AREngine(ar_model, ckpt.cfg.tokens, sampler=sampler, cuda_graphs=fast, compile=fast,
-                           weight_format=ar_format)
+                           weight_format=ar_format, kv_format=kv_cache)
         self.acoustic = AcousticEngine(model, ckpt.cfg.tokens)
         self.decoder: OobleckDecoder = load_decoder(ckpt.vae_dir, ckpt.cfg.vae, device=device)
 

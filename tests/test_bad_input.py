@@ -110,6 +110,7 @@ HELD = busy_port()       # held for the whole module: the dashboard case must fi
 
 # (id, argv with {w} = the world folder and {out} = a fresh output path, expected text in the message)
 RENDER = [
+    ("render-kv-cache", ["{w}/good.toml", "--kv-cache", "int8"], "--kv-cache: expected one of bf16, fp8, got 'int8'"),
     ("render-ar-checkpoint-wrong-shape", ["{w}/good.toml", "--ar-checkpoint", "{w}/ar-wide"],
      "{w}/ar-wide/config.json: hidden_size is 128, the MoT checkpoint has 64"),
     ("spec-missing", ["{w}/nope.toml"], "no such album spec"),
@@ -203,6 +204,7 @@ SONG = [
     ("song-model-missing", ["--model", "/nonexistent"], "--model /nonexistent"),
     ("song-ckpt-truncated", ["--model", "{w}/ckpt-truncated"], "not a readable safetensors file"),
     ("song-max-semantic-zero", ["--max-semantic-tokens", "0"], "max_tokens >= 1"),
+    ("song-kv-cache", ["--kv-cache", "fp4"], "--kv-cache: expected one of bf16, fp8, got 'fp4'"),
     ("song-ar-checkpoint-missing", ["--ar-checkpoint", "{w}/nope"], "--ar-checkpoint {w}/nope: not a directory"),
     ("song-ar-checkpoint-not-one", ["--ar-checkpoint", "{w}/adir"], "{w}/adir/config.json: missing"),
     ("song-ar-checkpoint-wrong-shape", ["--ar-checkpoint", "{w}/ar-wide"],

@@ -104,7 +104,8 @@ def test_mastered_tracks_album_flac_cue_and_tags(rendered):
     assert report["album_samples"] == sum(lengths) and set(report["tracks"]) == set(folders)
 
 
-def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1, ar_checkpoint=None) -> dict:
+def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1, ar_checkpoint=None,
+                     kv_cache: str = "bf16") -> dict:
     """Each track through the in-process sequential path, same seeds and settings, on `threads` torch threads:
     folder → file bytes."""
     import torch
@@ -114,7 +115,7 @@ def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1, ar_ch
     from stages.song import SongEngines, render_song
 
     ckpt = open_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
-    engines = SongEngines(ckpt, sampler=sampler, ar_checkpoint=ar_checkpoint)
+    engines = SongEngines(ckpt, sampler=sampler, ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
     out, saved = {}, torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -205,24 +206,26 @@ def test_exact_mode_is_the_sequential_path_too(ray_cluster, album, tiny_ckpt_dir
         assert (out / folder / "semantic.npy").read_bytes() != sequential[folder]["semantic.npy"]
 
 
-def test_a_quantised_ar_checkpoint_renders_like_the_sequential_path(ray_cluster, album, tiny_ckpt_dir, rendered,
+def test_quantised_ar_weights_and_kv_cache_render_like_the_sequential_path(ray_cluster, album, tiny_ckpt_dir, rendered,
                                                                     tmp_path):
-    """--ar-checkpoint (`farm quantize --format fp8`): the farm's songs equal the sequential path's with the same
-    checkpoint, their stage keys differ from the BF16 render's from the plan stage on (resume never mixes the two;
-    on the tiny model the FP8 draws may well equal the BF16 ones), and settings.json says which AR weights ran."""
+    """--ar-checkpoint (`farm quantize --format fp8`) and --kv-cache fp8: the farm's songs equal the sequential
+    path's with the same options, their stage keys differ from the BF16 render's from the plan stage on (resume
+    never mixes the two; on the tiny model the FP8 draws may well equal the BF16 ones), and settings.json says
+    which AR weights and KV cache ran."""
     ar_dir = tmp_path / "ar-fp8"
     r = CliRunner().invoke(app, ["quantize", str(ar_dir), "--model", str(tiny_ckpt_dir), "--format", "fp8"])
     assert r.exit_code == 0, r.output
     out = tmp_path / "fp8"
     result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), ar_checkpoint=ar_dir,
-                                               cluster=PROFILES / "ci.toml", progress=False))
+                                               kv_cache="fp8", cluster=PROFILES / "ci.toml", progress=False))
     assert not result.failures
-    assert all("weights=fp8" in e.batch_shape for e in result.events if e.stage in ("plan", "semantic"))
-    for folder, files in sequential_songs(album, tiny_ckpt_dir, "fast", ar_checkpoint=ar_dir).items():
+    assert all("weights=fp8 kv=fp8" in e.batch_shape for e in result.events if e.stage in ("plan", "semantic"))
+    for folder, files in sequential_songs(album, tiny_ckpt_dir, "fast", ar_checkpoint=ar_dir, kv_cache="fp8").items():
         for name in FILES:
             assert (out / folder / name).read_bytes() == files[name], (folder, name)
         fp8, bf16 = (json.loads((root / folder / "settings.json").read_text()) for root in (out, rendered[0]))
-        assert fp8["checkpoint"]["ar"]["format"] == "fp8" and "ar" not in bf16["checkpoint"]
+        assert fp8["checkpoint"]["ar"]["format"] == fp8["checkpoint"]["ar"]["kv_cache"] == "fp8"
+        assert "ar" not in bf16["checkpoint"]
         assert all(fp8["stage_keys"][s] != bf16["stage_keys"][s] for s in fp8["stage_keys"]), folder
 
 

@@ -84,3 +84,31 @@ def test_the_fp8_engine_is_batch_invariant(model):
 def test_an_unknown_weight_format_is_refused(model):
     with pytest.raises(ValueError, match="weight_format"):
         AREngine(model, BYTE_LAYOUT, slots=2, kv_tokens=512, weight_format="int3")
+
+
+@torch.inference_mode()
+def test_an_fp8_kv_cache_stores_e4m3_and_stays_close(model):
+    """kv_format fp8: the pools hold e4m3; prefill and decode read every key as stored, so the logits equal a
+    forward whose keys and values are rounded through e4m3 — close to the BF16-cache ones, not equal."""
+    prompt, fed = [256, 5, 9, 200, 33, 77, 1], [12, 460, 99, 3, 250, 17, 8, 120]
+    out = {}
+    for kv_format in ("bf16", "fp8"):
+        engine = AREngine(model, BYTE_LAYOUT, slots=2, kv_tokens=1024, kv_format=kv_format)
+        out[kv_format] = torch.stack([engine.prefill(0, prompt)] + [engine.decode({0: t})[0] for t in fed])
+        assert engine.kv.k.dtype == (torch.float8_e4m3fn if kv_format == "fp8" else model.lm_head.weight.dtype)
+    gap = (out["fp8"] - out["bf16"]).abs().max()
+    assert 0 < gap < 0.05 * out["bf16"].abs().max()
+
+
+@torch.inference_mode()
+def test_an_fp8_kv_cache_is_batch_invariant(model):
+    s = Sampling(1.0, 0.95, 100, 1.2, 50, 24, 24)
+    requests = [ARRequest(k, "semantic", tuple([256] + list(range(40, 40 + 3 * seed)) + [464]), s, seed)
+                for k, seed in (("a", 1), ("b", 2), ("c", 3))]
+    together = {r.key: r.ids for r in AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072,
+                                               kv_format="fp8").generate(requests)}
+    for r in requests:
+        engine = AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, kv_format="fp8")
+        engine.free_slots.rotate(2)
+        (alone,) = engine.generate([r])
+        assert np.array_equal(alone.ids, together[r.key])

@@ -47,7 +47,7 @@ def album_spec(lengths: list[tuple[int, int]], lyrics: str) -> str:
 def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
                     pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
                     cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None,
-                    gantt: Path | None = None) -> dict:
+                    gantt: Path | None = None, kv_cache: str = "bf16") -> dict:
     from stages.requests import open_checkpoint
 
     from ..driver import RenderOptions, render_album
@@ -66,7 +66,7 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
     started = time.time()
     result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
                                               progress=False, address=address, cluster=cluster,
-                                              ar_window=ar_window))
+                                              ar_window=ar_window, kv_cache=kv_cache))
     total = time.time() - started
     monitor.stop()
     ok = [e for e in result.events if e.ok]
@@ -76,6 +76,7 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
     prompt = plan_prefix(SongRequest(BENCH_STYLE, bench_lyrics(ckpt.cfg.tokens)), ckpt.tokenizer, ckpt.cfg.tokens)
     report = {"environment": environment("cuda" if monitor.available else "cpu"),
               "tracks": tracks, "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "mixed": mixed,
+              "kv_cache": kv_cache,
               "lengths": lengths,
               "prompt_tokens": len(prompt),
               "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
@@ -86,7 +87,7 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
                                   for u, procs in monitor.peak_by_process().items()},
               "nvml_available": monitor.available}
     if sequential:
-        report["sequential"] = sequential_times(paths, spec)
+        report["sequential"] = sequential_times(paths, spec, kv_cache)
     print_report(report)
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -125,7 +126,7 @@ def stage_rows(events) -> list[dict]:
     return rows
 
 
-def sequential_times(paths, spec: Path) -> dict:
+def sequential_times(paths, spec: Path, kv_cache: str = "bf16") -> dict:
     """The same tracks, one after another, through the in-process sequential path on one device."""
     import torch
 
@@ -138,7 +139,7 @@ def sequential_times(paths, spec: Path) -> dict:
 
     device = pick_device("auto")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
-    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"))
+    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), kv_cache=kv_cache)
     album = load_album(spec)
     warm = album.tracks[0]
     render_song(engines, track_request(warm), default_settings(ckpt.cfg, plan_tokens=32, semantic_tokens=64))

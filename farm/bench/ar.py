@@ -51,11 +51,12 @@ def weight_bytes(engine) -> int:
 
 
 def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, ...], blocks: int,
-                 numerics_tokens: int, json_out: Path | None, weight_format: str = "bf16") -> dict:
+                 numerics_tokens: int, json_out: Path | None, weight_format: str = "bf16",
+                 kv_format: str = "bf16") -> dict:
     import torch
 
     from stages.ar import AREngine
-    from stages.kv_cache import token_bytes
+    from stages.kv_cache import storage_dtype, token_bytes
     from stages.requests import open_checkpoint
     from stages.transformer import AR, HEAD
     from stages.weights import load_model
@@ -70,12 +71,12 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
     cuda = device.startswith("cuda")
     rate = copy_rate(torch, device) if cuda else None
     net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device=device)
-    kv_token = token_bytes(cfg.model, net.model.embed_tokens.weight.dtype)
+    kv_token = token_bytes(cfg.model, storage_dtype(kv_format, net.model.embed_tokens.weight.dtype))
     longest = max(ctx for _, ctx, _ in SCENARIOS)
     scenarios = [(n, min(ctx, cfg.model.context // 3), kind) for n, ctx, kind in SCENARIOS]   # tiny: shorter
     start = time.perf_counter()
     engine = AREngine(net, layout, kv_tokens=max(rows) * (longest + (blocks + 2) * 16 + 64), cuda_graphs=cuda,
-                      compile=cuda, weight_format=weight_format)
+                      compile=cuda, weight_format=weight_format, kv_format=kv_format)
     build_seconds = time.perf_counter() - start
     wbytes = weight_bytes(engine)
     table = []
@@ -84,6 +85,7 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
             table.append(_measure(engine, cfg, name, ctx, kind, b, blocks, wbytes, kv_token, rate))
             _print_row(table[-1])
     report = {"environment": environment(device), "model": cfg.name, "weight_format": weight_format,
+              "kv_format": kv_format,
               "copy_rate_bytes_s": rate,
               "weight_bytes": wbytes, "kv_bytes_per_token": kv_token, "slots": engine.slots, "block": engine.block,
               "engine_build_seconds": build_seconds, "rows": table,
@@ -181,7 +183,7 @@ def kernel_vs_sdpa(engine, cfg) -> dict:
         return attend(q[:, :, None], kpad, vpad, mask=visible)
 
     return {"rows": rows, "context": ctx, "paged_us": _time(paged) * 1e6, "sdpa_padded_8192_us": _time(sdpa) * 1e6,
-            "bytes_per_call": 2 * rows * ctx * m.num_key_value_heads * m.head_dim * 2}
+            "bytes_per_call": 2 * rows * ctx * m.num_key_value_heads * m.head_dim * kv.k.element_size()}
 
 
 def gemm_vs_cublas(engine) -> dict:
@@ -301,7 +303,8 @@ def print_report(r: dict) -> None:
 
     env = r["environment"]
     rate = r["copy_rate_bytes_s"]
-    title = (f"farm bench ar — {r['model']}, AR weights {r.get('weight_format', 'bf16')}, on "
+    title = (f"farm bench ar — {r['model']}, AR weights {r.get('weight_format', 'bf16')}, KV cache "
+             f"{r.get('kv_format', 'bf16')}, on "
              f"{env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
              f"{r['slots']}-slot step, {r['block']} steps per graph; forced lengths (random weights); floor = "
              f"({r['weight_bytes'] / 1e9:.2f} GB weights + rows × context × {r['kv_bytes_per_token'] // 1024} KiB)"
