@@ -171,7 +171,9 @@ def song(
     record = guarded(render_song_folder, job)
     t = record["timings"]
     line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
-    typer.echo(f"wrote {out}: {record['audio']['seconds']:.2f} s of audio ({line})")
+    midi = record["score_midi"]
+    typer.echo(f"wrote {out}: {record['audio']['seconds']:.2f} s of audio ({line}); "
+               + ("score.mid beside score.abc" if midi == "score.mid" else f"no score.mid: {midi}"))
 
 
 @app.command(no_args_is_help=True)

@@ -1,5 +1,5 @@
-"""Album-level outputs, rebuilt from the stage markers after every render: each track's settings.json,
-manifest.parquet / manifest.json (one row per track) and playlist.m3u8.
+"""Album-level outputs, rebuilt from the stage markers after every render: each track's settings.json and score.mid
+(farm/scores.py), manifest.parquet / manifest.json (one row per track) and playlist.m3u8.
 
 Built from what is in the store, not from what this run did, so a resumed album's manifest covers the stages that
 earlier runs finished too.
@@ -11,7 +11,7 @@ import pyarrow as pa
 from cluster.workload import STAGES
 from stages.vae import audio_samples
 
-from . import artifacts, trackstore
+from . import artifacts, scores, trackstore
 from .jobs import TrackJob
 from .eventlog import parquet_bytes
 from .store import Store
@@ -48,7 +48,7 @@ def manifest_row(job: TrackJob, markers: dict[str, dict], status: str, error: st
     return row
 
 
-MANIFEST_COLUMNS = ["number", "title", "folder", "status", "error", "seed", "cot", "audio_seconds"] + [
+MANIFEST_COLUMNS = ["number", "title", "folder", "status", "error", "seed", "cot", "audio_seconds", "score_midi"] + [
     f"{s}_{f}" for s in STAGES for f in ("seconds", "worker", "gpu", "gpu_uuid")] + [
     f"sha256_{n.replace('.', '_')}" for n in (artifacts.SCORE, artifacts.PLAN, artifacts.SEMANTIC,
                                                artifacts.LATENTS, artifacts.AUDIO)]
@@ -67,6 +67,7 @@ def write_album(store: Store, album, jobs: list[TrackJob], failures: dict[str, s
             store.write_bytes(f"{job.key}/{artifacts.SETTINGS}", artifacts.json_bytes(
                 track_record(job, markers, identity, cfg)))
         rows.append(manifest_row(job, markers, status, failures.get(job.key, ""), cfg))
+        rows[-1]["score_midi"] = scores.write_midi(store, job.key) if done else None
     columns = {c: [r.get(c) for r in rows] for c in MANIFEST_COLUMNS}
     store.write_bytes("manifest.parquet", parquet_bytes(pa.table(columns)))
     store.write_bytes("manifest.json", artifacts.json_bytes({"album": album.title, "checkpoint": identity,

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import artifacts
+from . import artifacts, scores
 from .errors import UserError, read_user_text
 from .identity import checkpoint_identity, stage_keys
 from .models import resolve_model
@@ -96,6 +96,7 @@ def render_song_folder(job: SongJob) -> dict:
         device=device, dtype=ckpt.cfg.dtype, timings=timings_record(song.timings), truncated=song.truncated,
         frames=len(song.latents), samples=len(song.audio))
     artifacts.write_song(store, "", artifacts.song_files(song), record)
+    record["score_midi"] = scores.write_midi(store, "")
     return record
 
 

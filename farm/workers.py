@@ -144,10 +144,9 @@ class CardWorker:
 
             ar_model, ar_format = model, "bf16"
             if spec.ar_checkpoint is not None:
-                from stages.ar_checkpoint import load_quantized_ar, read_format
+                from stages.ar_checkpoint import load_quantized_ar
 
-                ar_model = load_quantized_ar(spec.ar_checkpoint, self.ckpt.cfg, device=self.device)
-                ar_format = read_format(spec.ar_checkpoint, self.ckpt.cfg)
+                ar_model, ar_format = load_quantized_ar(spec.ar_checkpoint, self.ckpt.cfg, device=self.device)
             sampler = "exact" if spec.exact else "fast"
             self.ar = AREngine(ar_model, self.ckpt.cfg.tokens, kv_tokens=self._kv_tokens(spec, ar_model),
                                sampler=sampler, cuda_graphs=cuda, compile=cuda, weight_format=ar_format,

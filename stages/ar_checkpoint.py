@@ -140,9 +140,10 @@ def read_format(ar_dir: str | Path, cfg: Yue2Config) -> str:
     return fmt
 
 
-def load_quantized_ar(ar_dir: str | Path, cfg: Yue2Config, *, device="cpu") -> YuE2:
-    """The AR stages' model from a quantised AR checkpoint: embedding, norms and lm_head as modules, the linear
-    layers only as the AR step's (values, scale) pairs (the modules' own linear weights stay unallocated)."""
+def load_quantized_ar(ar_dir: str | Path, cfg: Yue2Config, *, device="cpu") -> tuple[YuE2, str]:
+    """The AR stages' model from a quantised AR checkpoint, and its weight format (the AR engine's
+    `weight_format`): embedding, norms and lm_head as modules, the linear layers only as the AR step's (values,
+    scale) pairs (the modules' own linear weights stay unallocated)."""
     from .ar import set_step_weights
     from .quant import FP8
     from .transformer import BranchWeights
@@ -176,4 +177,4 @@ def load_quantized_ar(ar_dir: str | Path, cfg: Yue2Config, *, device="cpu") -> Y
             plain[p + "post_attention_layernorm.weight"], pair(p + "mlp.gate_proj", p + "mlp.up_proj"),
             pair(p + "mlp.down_proj")))
     set_step_weights(model, fmt, layers)
-    return model.eval().requires_grad_(False)
+    return model.eval().requires_grad_(False), fmt

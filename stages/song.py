@@ -53,10 +53,9 @@ class SongEngines:
         model = load_model(ckpt.model_dir, ckpt.cfg, ALL_PARTS, device=device, dtype=dtype)
         ar_model, ar_format = model, "bf16"
         if ar_checkpoint is not None:
-            from .ar_checkpoint import load_quantized_ar, read_format
+            from .ar_checkpoint import load_quantized_ar
 
-            ar_model, ar_format = load_quantized_ar(ar_checkpoint, ckpt.cfg, device=device), \
-                read_format(ar_checkpoint, ckpt.cfg)
+            ar_model, ar_format = load_quantized_ar(ar_checkpoint, ckpt.cfg, device=device)
         self.ar = AREngine(ar_model, ckpt.cfg.tokens, sampler=sampler, cuda_graphs=fast, compile=fast,
                            weight_format=ar_format, kv_format=kv_cache)
         self.acoustic = AcousticEngine(model, ckpt.cfg.tokens)

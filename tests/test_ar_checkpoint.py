@@ -32,7 +32,8 @@ def test_transformers_reads_our_fp8_checkpoint_as_a_compressed_qwen3(fp8_dir, ti
 
     hf = AutoModelForCausalLM.from_pretrained(fp8_dir, dtype=torch.float32)
     assert type(hf).__name__ == "Qwen3ForCausalLM"
-    model = ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg)
+    model, fmt = ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg)
+    assert fmt == "fp8"
     engine = AREngine(model, tiny_cfg.tokens, slots=2, kv_tokens=1024, weight_format="fp8")
     for layer, ours in zip(hf.model.layers, engine.step_weights):
         attn, mlp = layer.self_attn, layer.mlp
@@ -52,7 +53,7 @@ def test_transformers_reads_our_fp8_checkpoint_as_a_compressed_qwen3(fp8_dir, ti
 
 @torch.inference_mode()
 def test_an_engine_on_the_checkpoint_equals_an_engine_quantising_the_mot(fp8_dir, tiny_ckpt_dir, tiny_cfg):
-    from_file = AREngine(ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg), tiny_cfg.tokens, slots=4,
+    from_file = AREngine(ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg)[0], tiny_cfg.tokens, slots=4,
                          kv_tokens=2048, weight_format="fp8")
     mot = load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, HEAD})
     on_load = AREngine(mot, tiny_cfg.tokens, slots=4, kv_tokens=2048, weight_format="fp8")

@@ -171,6 +171,10 @@ def test_album_outputs(rendered):
 
         assert m["sha256_audio_flac"] == hashlib.sha256(audio).hexdigest()
         assert m["decode_gpu"] == "cpu" and m["acoustic_seconds"] > 0
+    # the tiny model's random scores are no ABC music21 reads: no score.mid, and the manifest says why
+    assert all(m["score_midi"].startswith(("music21 could not read", "the score holds no notes", "no score"))
+               for m in manifest)
+    assert not any((out / m["folder"] / "score.mid").exists() for m in manifest)
     playlist = (out / "playlist.m3u8").read_text().splitlines()
     assert playlist[0] == "#EXTM3U" and playlist[2] == "01-one/audio.flac"
     settings = (out / "02-two" / "settings.json").read_text()
