@@ -4,6 +4,8 @@
 title = "Paper Boats"                    # required
 model = "tiny"                           # optional: what `farm render` uses when --model is not given
 artist = "The Paper Boats"               # optional: the ARTIST tag of the mastered files
+ar_checkpoint = "../ar-fp8"              # optional: a quantised AR checkpoint (`farm quantize`), relative to this file
+kv_cache = "fp8"                         # optional: the AR KV cache, bf16 (default) or fp8
 [master]                                 # optional; the defaults below. `master = false`: no mastering
 lufs = -14.0                             # integrated loudness of each mastered track (ITU-R BS.1770)
 true_peak = -1.0                         # ceiling in dBTP (4x oversampled)
@@ -79,6 +81,8 @@ class AlbumSpec:
     tracks: tuple[TrackSpec, ...]
     master: MasterSpec | None = MasterSpec()      # None: `master = false`
     artist: str | None = None
+    ar_checkpoint: Path | None = None             # `farm render --ar-checkpoint` overrides it
+    kv_cache: str | None = None                   # `farm render --kv-cache` overrides it; None: bf16
 
     @property
     def slug(self) -> str:
@@ -119,8 +123,10 @@ def load_album(path: str | Path) -> AlbumSpec:
         raise AlbumError([f"{path}: not valid TOML: {exc}"]) from None
     problems: list[str] = []
     where = str(path)
-    for key in sorted(set(data) - {"title", "model", "artist", "master", "defaults", "tracks"}):
+    for key in sorted(set(data) - {"title", "model", "artist", "master", "defaults", "tracks", "ar_checkpoint",
+                                   "kv_cache"}):
         problems.append(f"{where}: unknown key {key!r}")
+    ar_checkpoint, kv_cache = _ar_options(data, path, where, problems)
     artist = data.get("artist")
     if artist is not None and (not isinstance(artist, str) or not artist.strip() or not artist.isprintable()):
         problems.append(f"{where}: artist: must be printable text")
@@ -144,7 +150,28 @@ def load_album(path: str | Path) -> AlbumSpec:
     _check_unique(tracks, where, problems)
     if problems:
         raise AlbumError(problems)
-    return AlbumSpec(path, title.strip(), model, tuple(tracks), master, artist.strip() if artist else None)
+    return AlbumSpec(path, title.strip(), model, tuple(tracks), master, artist.strip() if artist else None,
+                     ar_checkpoint, kv_cache)
+
+
+def _ar_options(data: dict, path: Path, where: str, problems: list[str]) -> tuple[Path | None, str | None]:
+    """The album's AR options: a quantised AR checkpoint directory (relative to the spec) and the KV cache format.
+    Only their form is checked here; the checkpoint against the model is checked where the render starts."""
+    from stages.kv_cache import KV_FORMATS
+
+    ar_checkpoint, kv_cache = data.get("ar_checkpoint"), data.get("kv_cache")
+    if ar_checkpoint is not None:
+        if not isinstance(ar_checkpoint, str) or not ar_checkpoint.strip():
+            problems.append(f"{where}: ar_checkpoint: must be a directory path")
+            ar_checkpoint = None
+        else:
+            ar_checkpoint = (path.parent / ar_checkpoint).resolve()
+            if not ar_checkpoint.is_dir():
+                problems.append(f"{where}: ar_checkpoint: {ar_checkpoint} is not a directory")
+    if kv_cache is not None and kv_cache not in KV_FORMATS:
+        problems.append(f"{where}: kv_cache: must be one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")
+        kv_cache = None
+    return ar_checkpoint, kv_cache
 
 
 MASTER_RANGES = {"lufs": (-40.0, -5.0), "true_peak": (-12.0, 0.0)}

@@ -209,8 +209,10 @@ def render(
     log_level: Annotated[str, typer.Option(help="What render.log in the album folder keeps: debug, info, warning "
                                                 "or error (the terminal shows warnings and errors).")] = "info",
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
-                                                       "quantize`) for the plan and semantic stages.")] = None,
-    kv_cache: KvOpt = "bf16",
+                                                       "quantize`) for the plan and semantic stages (default: "
+                                                       "the album's ar_checkpoint, if any).")] = None,
+    kv_cache: Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache: bf16 or fp8 (default: the "
+                                                 "album's kv_cache, else bf16).")] = None,
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from .driver import RenderOptions, render_album

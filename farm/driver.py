@@ -45,7 +45,7 @@ class RenderOptions:
     ar_window: int | None = None          # most tracks in the AR stages at once; None: the plan's, 0: no cap
     log_level: str = "info"               # what render.log in the album folder keeps (farm/logs.py)
     ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
-    kv_cache: str = "bf16"                # the AR engines' KV format (stages/kv_cache.py KV_FORMATS)
+    kv_cache: str | None = None           # the AR engines' KV format (kv_cache.KV_FORMATS); None: the album's
 
 
 @dataclass
@@ -75,7 +75,11 @@ def prepare(album_path: Path, opts: RenderOptions):
                           flag="--model" if opts.model else f"{album.path}: model")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
-    ar_format = check_ar_checkpoint(opts.ar_checkpoint, ckpt.cfg) if opts.ar_checkpoint else None
+    # the flags win over the album's own AR options; the rest of the render reads them from opts
+    opts = replace(opts, ar_checkpoint=opts.ar_checkpoint or album.ar_checkpoint,
+                   kv_cache=opts.kv_cache or album.kv_cache or "bf16")
+    flag = "--ar-checkpoint" if opts.ar_checkpoint != album.ar_checkpoint else f"{album.path}: ar_checkpoint"
+    ar_format = check_ar_checkpoint(opts.ar_checkpoint, ckpt.cfg, flag) if opts.ar_checkpoint else None
     check_kv_cache(opts.kv_cache)
     identity = checkpoint_identity(paths, opts.ar_checkpoint, ar_format, opts.kv_cache)
     jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
@@ -85,7 +89,7 @@ def prepare(album_path: Path, opts: RenderOptions):
     if not opts.force and not trackstore.is_album_folder(store, [j.key for j in jobs]):
         raise UserError(f"{flag} {store.url} holds files that are not this album's; choose an empty or new folder "
                         f"(--out), or pass --force to render into it anyway")
-    return album, paths, ckpt, identity, jobs, store
+    return album, paths, ckpt, identity, jobs, store, opts
 
 
 def check_options(opts: RenderOptions) -> None:
@@ -116,7 +120,7 @@ def check_options(opts: RenderOptions) -> None:
 def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
     """Validate, take the folder's render lock, render, release."""
     started = time.time()
-    album, paths, ckpt, identity, jobs, store = prepare(album_path, opts)
+    album, paths, ckpt, identity, jobs, store, opts = prepare(album_path, opts)
     lock = RenderLock(store, "--out" if opts.out else "the default output folder")
     try:
         store.remove_tree(FAILURES)      # an earlier run's failures: this run says again what still fails

@@ -106,3 +106,21 @@ def test_quantize_never_overwrites_and_knows_its_formats(fp8_dir, tiny_ckpt_dir,
     with pytest.raises(CheckpointError, match="format must be one of fp8"):
         ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg, tmp_path / "x", "int3")
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
+
+
+def test_the_album_spec_can_name_the_ar_options_and_the_flags_win(fp8_dir, tiny_ckpt_dir, tmp_path):
+    """`ar_checkpoint` (relative to the spec) and `kv_cache` in an album spec reach the render's options and the
+    stage keys' identity before anything runs; --ar-checkpoint / --kv-cache override them."""
+    from farm.driver import RenderOptions, prepare
+
+    shutil.copytree(fp8_dir, tmp_path / "ar")
+    spec = tmp_path / "album.toml"
+    spec.write_text('title = "T"\nar_checkpoint = "ar"\nkv_cache = "fp8"\n[[tracks]]\ntitle = "One"\n'
+                    'lyrics = "la la"\nstyle = "pop"\n')
+    *_, identity, jobs, _, opts = prepare(spec, RenderOptions(out=str(tmp_path / "a"), model=str(tiny_ckpt_dir)))
+    assert opts.ar_checkpoint == (tmp_path / "ar").resolve() and opts.kv_cache == "fp8"
+    assert identity["ar"]["format"] == "fp8" and identity["ar"]["kv_cache"] == "fp8"
+    *_, plain, jobs_bf16, _, opts = prepare(spec, RenderOptions(out=str(tmp_path / "b"), model=str(tiny_ckpt_dir),
+                                                                kv_cache="bf16"))
+    assert opts.kv_cache == "bf16" and "kv_cache" not in plain["ar"]
+    assert jobs[0].stage_keys["plan"] != jobs_bf16[0].stage_keys["plan"]

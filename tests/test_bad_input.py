@@ -111,6 +111,14 @@ HELD = busy_port()       # held for the whole module: the dashboard case must fi
 # (id, argv with {w} = the world folder and {out} = a fresh output path, expected text in the message)
 RENDER = [
     ("render-kv-cache", ["{w}/good.toml", "--kv-cache", "int8"], "--kv-cache: expected one of bf16, fp8, got 'int8'"),
+    ("spec-kv-cache", ["@kvspec=" + GOOD.replace('[defaults]', 'kv_cache = "fp4"\n[defaults]')],
+     "kv_cache: must be one of bf16, fp8, got 'fp4'"),
+    ("spec-ar-checkpoint-type", ["@arnum=" + GOOD.replace('[defaults]', 'ar_checkpoint = 3\n[defaults]')],
+     "ar_checkpoint: must be a directory path"),
+    ("spec-ar-checkpoint-missing", ["@armissing=" + GOOD.replace('[defaults]', 'ar_checkpoint = "nope"\n[defaults]')],
+     "ar_checkpoint: {w}/nope is not a directory"),
+    ("spec-ar-checkpoint-wrong-shape", ["@arwide=" + GOOD.replace('[defaults]', 'ar_checkpoint = "ar-wide"\n[defaults]')],
+     "{w}/ar-wide/config.json: hidden_size is 128, the MoT checkpoint has 64"),
     ("render-ar-checkpoint-wrong-shape", ["{w}/good.toml", "--ar-checkpoint", "{w}/ar-wide"],
      "{w}/ar-wide/config.json: hidden_size is 128, the MoT checkpoint has 64"),
     ("spec-missing", ["{w}/nope.toml"], "no such album spec"),
