@@ -68,17 +68,20 @@ def test_the_fp8_engine_follows_its_own_dequantised_model(model):
 
 
 @torch.inference_mode()
-def test_the_fp8_engine_is_batch_invariant(model):
+@pytest.mark.parametrize("weights, kv", [("fp8", "bf16"), ("bf16", "fp8"), ("fp8", "fp8")])
+def test_fp8_engines_are_batch_invariant(model, weights, kv):
     s = Sampling(1.0, 0.95, 100, 1.2, 50, 24, 24)
     requests = [ARRequest(k, "semantic", tuple([256] + list(range(40, 40 + 3 * seed)) + [464]), s, seed)
                 for k, seed in (("a", 1), ("b", 2), ("c", 3))]
-    together = {r.key: r.ids for r in AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072,
-                                               weight_format="fp8").generate(requests)}
+
+    def engine():
+        return AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, weight_format=weights, kv_format=kv)
+    together = {r.key: r.ids for r in engine().generate(requests)}
     for r in requests:
-        engine = AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, weight_format="fp8")
-        engine.free_slots.rotate(2)
-        (alone,) = engine.generate([r])
-        assert np.array_equal(alone.ids, together[r.key])
+        alone = engine()
+        alone.free_slots.rotate(2)
+        (result,) = alone.generate([r])
+        assert np.array_equal(result.ids, together[r.key])
 
 
 def test_an_unknown_weight_format_is_refused(model):
@@ -98,17 +101,3 @@ def test_an_fp8_kv_cache_stores_e4m3_and_stays_close(model):
         assert engine.kv.k.dtype == (torch.float8_e4m3fn if kv_format == "fp8" else model.lm_head.weight.dtype)
     gap = (out["fp8"] - out["bf16"]).abs().max()
     assert 0 < gap < 0.05 * out["bf16"].abs().max()
-
-
-@torch.inference_mode()
-def test_an_fp8_kv_cache_is_batch_invariant(model):
-    s = Sampling(1.0, 0.95, 100, 1.2, 50, 24, 24)
-    requests = [ARRequest(k, "semantic", tuple([256] + list(range(40, 40 + 3 * seed)) + [464]), s, seed)
-                for k, seed in (("a", 1), ("b", 2), ("c", 3))]
-    together = {r.key: r.ids for r in AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072,
-                                               kv_format="fp8").generate(requests)}
-    for r in requests:
-        engine = AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, kv_format="fp8")
-        engine.free_slots.rotate(2)
-        (alone,) = engine.generate([r])
-        assert np.array_equal(alone.ids, together[r.key])
