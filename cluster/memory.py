@@ -41,7 +41,7 @@ VAE_HALO_FRAMES = 16
 # Weight groups each stage loads (docs/model.md §8). The acoustic stage runs the AR branch for its per-chunk prefill and
 # the NAR branch for the ODE; its prefill keeps K/V only, so it never needs lm_head (0.70 GiB).
 # The AR decode step also keeps its own copies of q/k/v and gate/up with the RMSNorm weights folded in
-# (stages/ar.py `_step_weights`; 1.9 GB for yue2-3b in BF16): the "ar_step" group.
+# (stages/step_weights.py `for_format`; 1.9 GB for yue2-3b in BF16): the "ar_step" group.
 WEIGHT_GROUPS = {
     "plan": ("ar_layers", "embed", "lm_head", "ar_step"),
     "semantic": ("ar_layers", "embed", "lm_head", "ar_step"),

@@ -18,19 +18,18 @@ from __future__ import annotations
 
 import time
 from collections import deque
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from . import fast_sampling, quant, sampling, skinny_gemm
+from . import fast_sampling, quant, sampling, skinny_gemm, step_weights
 from .compiled import compiled
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
 from .protocol import check_context
-from .transformer import (AR, BranchWeights, YuE2, attend, branch_weights, dims, layer_head, layer_qkv, layer_tail,
-                          logits, rope_tables)
+from .transformer import AR, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits, rope_tables
 
 STEP_SLOTS = 32      # rows of every step: one shape everywhere, so the sequential path and the farm agree
 SAMPLERS = ("fast", "exact")
@@ -102,12 +101,12 @@ class AREngine:
         self.free_slots = deque(range(slots))
         self.live: list[_Live] = []
         self.weight_format, self.dims = weight_format, dims(cfg)
-        self.step_weights = _step_weights(model, weight_format)
+        self.step_weights = step_weights.for_format(model, weight_format)
         self.folded = weight_format == "bf16"
         # prefill runs the same weights as the step when they are quantised (one model, not two)
         self.weights = branch_weights(model, AR) if self.folded else self.step_weights
         self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
-        self._head, self._tail = (_step_head, _step_tail) if self.folded else (_plain_head, _plain_tail)
+        self._head, self._tail = step_weights.layer_halves(self.folded)
         self._draw = fast_sampling.draw
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
             self._draw, self._head, self._tail = (_compiled(fast_sampling.draw), _compiled(self._head),
@@ -370,54 +369,6 @@ class AREngine:
                 raise RuntimeError(f"{waiting[0].key}: does not fit this engine's KV cache")
             results.extend(self.step())
         return results
-
-
-def _step_weights(model: YuE2, weight_format: str = "bf16") -> list[BranchWeights]:
-    """The AR layers as the decode step runs them, built once per model and format.
-
-    bf16: each RMSNorm weight folded into the matrix after it (q/k/v, gate/up), so the skinny-GEMM op does the
-    norm itself (an extra copy of those two matrices: 1.9 GB for yue2-3b); prefill keeps the plain weights.
-    fp8: every linear matrix as a (values, scale) pair (quant.py), norms not folded (a quantised checkpoint's
-    matrices cannot take the norm's weight without a second rounding); prefill runs these too."""
-    cache = model.__dict__.setdefault("_branches", {})
-    key = f"ar-step-{weight_format}"
-    if key not in cache:
-        plain = branch_weights(model, AR)
-        if weight_format == "fp8":
-            q = quant.quantize_fp8
-            cache[key] = [replace(w, qkv=q(w.qkv), o=q(w.o), gate_up=q(w.gate_up), down=q(w.down)) for w in plain]
-        else:
-            cache[key] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
-                                  gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm)) for w in plain]
-    return cache[key]
-
-
-def _step_head(x, in_norm, qkv, d):
-    """layer_qkv over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
-    matrix product in the skinny-GEMM op with the norm folded in; the attention op does the q/k norm and RoPE."""
-    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear,
-                     folded=True)
-
-
-def _step_tail(x, attn, o, post_norm, gate_up, down, d):
-    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
-                      skinny_gemm.linear, folded=True)
-
-
-def set_step_weights(model: YuE2, weight_format: str, layers: list[BranchWeights]) -> None:
-    """Give a model its decode step's weights in a format directly (a quantised AR checkpoint's own values, rather
-    than the model's weights quantised by `_step_weights`)."""
-    model.__dict__.setdefault("_branches", {})[f"ar-step-{weight_format}"] = layers
-
-
-def _plain_head(x, in_norm, qkv, d):
-    """layer_qkv with its own RMSNorm (quantised weights: no folded norm)."""
-    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)
-
-
-def _plain_tail(x, attn, o, post_norm, gate_up, down, d):
-    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
-                      skinny_gemm.linear)
 
 
 _COMPILED: dict = {}

@@ -144,7 +144,7 @@ def load_quantized_ar(ar_dir: str | Path, cfg: Yue2Config, *, device="cpu") -> t
     """The AR stages' model from a quantised AR checkpoint, and its weight format (the AR engine's
     `weight_format`): embedding, norms and lm_head as modules, the linear layers only as the AR step's (values,
     scale) pairs (the modules' own linear weights stay unallocated)."""
-    from .ar import set_step_weights
+    from .step_weights import set_step_weights
     from .quant import FP8
     from .transformer import BranchWeights
 

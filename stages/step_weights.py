@@ -1,0 +1,66 @@
+"""The AR decode step's weights, per format, and the two halves of a layer that read them.
+
+bf16 (the model's own dtype): the RMSNorm weights before q/k/v and gate/up folded into those matrices, so the
+skinny-GEMM op does the norm itself (`folded_head`, `folded_tail`). fp8: (values, scale) pairs (quant.py), read
+by the same op, with the norms run on their own (`plain_head`, `plain_tail`). Either way built once per model and
+format and kept on the model; a quantised AR checkpoint hands its own pairs in (`set_step_weights`).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+
+from . import quant, skinny_gemm
+from .transformer import AR, BranchWeights, YuE2, branch_weights, layer_qkv, layer_tail
+
+
+def for_format(model: YuE2, weight_format: str = "bf16") -> list[BranchWeights]:
+    """The AR layers as the decode step runs them, built once per model and format.
+
+    bf16: each RMSNorm weight folded into the matrix after it (q/k/v, gate/up), so the skinny-GEMM op does the
+    norm itself (an extra copy of those two matrices: 1.9 GB for yue2-3b); prefill keeps the plain weights.
+    fp8: every linear matrix as a (values, scale) pair (quant.py), norms not folded (a quantised checkpoint's
+    matrices cannot take the norm's weight without a second rounding); prefill runs these too."""
+    cache = model.__dict__.setdefault("_branches", {})
+    key = f"ar-step-{weight_format}"
+    if key not in cache:
+        plain = branch_weights(model, AR)
+        if weight_format == "fp8":
+            q = quant.quantize_fp8
+            cache[key] = [replace(w, qkv=q(w.qkv), o=q(w.o), gate_up=q(w.gate_up), down=q(w.down)) for w in plain]
+        else:
+            cache[key] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
+                                  gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm)) for w in plain]
+    return cache[key]
+
+
+def set_step_weights(model: YuE2, weight_format: str, layers: list[BranchWeights]) -> None:
+    """Give a model its decode step's weights in a format directly (a quantised AR checkpoint's own values, rather
+    than the model's weights quantised by `for_format`)."""
+    model.__dict__.setdefault("_branches", {})[f"ar-step-{weight_format}"] = layers
+
+
+def folded_head(x, in_norm, qkv, d):
+    """layer_qkv over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
+    matrix product in the skinny-GEMM op with the norm folded in; the attention op does the q/k norm and RoPE."""
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear,
+                     folded=True)
+
+
+def folded_tail(x, attn, o, post_norm, gate_up, down, d):
+    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
+                      skinny_gemm.linear, folded=True)
+
+
+def plain_head(x, in_norm, qkv, d):
+    """layer_qkv with its own RMSNorm (quantised weights: no folded norm)."""
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)
+
+
+def plain_tail(x, attn, o, post_norm, gate_up, down, d):
+    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
+                      skinny_gemm.linear)
+
+
+def layer_halves(folded: bool):
+    """(head, tail) of a decode step's layer for folded (bf16) or plain (quantised) step weights."""
+    return (folded_head, folded_tail) if folded else (plain_head, plain_tail)
