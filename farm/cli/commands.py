@@ -1,0 +1,171 @@
+"""The commands that make music: init-checkpoint, quantize, song, render, and the album's dashboard and report."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import EXIT_FAILED_TRACKS, DeviceOpt, KvOpt, ModelOpt, VaeOpt, app, fail, guarded, interruptible
+
+
+@app.command("init-checkpoint")
+def init_checkpoint(
+    out: Annotated[Path, typer.Argument(help="Directory to create model/ and vae/ in.")],
+    config: Annotated[str, typer.Option("--config", "-c", help="tiny or yue2-3b (configs/models/*.toml).")] = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
+    device: DeviceOpt = "cpu",
+) -> None:
+    """Write a random-weight checkpoint in exactly the released layout."""
+    from stages.weights import init_checkpoint as write
+
+    from ..devices import pick_device
+    from ..models import named_config
+
+    cfg = guarded(named_config, config)
+    model_dir, vae_dir = guarded(write, cfg, out, seed, pick_device(device))
+    typer.echo(f"wrote {model_dir} and {vae_dir} ({cfg.name}, seed {seed})")
+
+
+@app.command(no_args_is_help=True)
+def quantize(
+    out: Annotated[Path, typer.Argument(help="New directory for the quantised AR checkpoint.")],
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    weight_format: Annotated[str, typer.Option("--format", help="fp8: FP8 weights, one scale per output channel "
+                                               "(compressed-tensors FP8_DYNAMIC, W8A8).")] = "fp8",
+) -> None:
+    """Write the AR half of a checkpoint as a quantised Qwen3-shaped checkpoint in the compressed-tensors format
+    (for `--ar-checkpoint`, and readable by transformers)."""
+    from ..quantized import write_quantized
+
+    written = guarded(write_quantized, model, vae, out, weight_format)
+    typer.echo(f"wrote {written} ({weight_format})")
+
+
+@app.command()
+def song(
+    style: Annotated[str, typer.Option(help="Style tags, e.g. 'indie pop, female vocal, 120 bpm'.")],
+    lyrics_file: Annotated[Path, typer.Option("--lyrics-file", help="UTF-8 lyrics.")],
+    out: Annotated[str, typer.Option("--out", "-o", help="Song folder: a path or an fsspec URL.")],
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    seed: Annotated[int, typer.Option(help="Request seed.")] = 831001,
+    # A plain string checked by the song job: typer's own choice errors are a multi-line box, ours one line.
+    cot: Annotated[str, typer.Option(help="How much score the plan stage writes: full, melody or off.")] = "full",
+    abc_file: Annotated[Path | None, typer.Option("--abc-file", help="Your own score: ABC text or plan.npy ids.")]
+    = None,
+    max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).")] = None,
+    device: DeviceOpt = "auto",
+    force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
+    exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with the seed's "
+                                             "generator); slower, another song than the default.")] = False,
+    decode_precision: Annotated[str, typer.Option(help="The VAE's convolutions: fp32 (default) or tf32 (about 2x "
+                                                       "faster on a GPU, audio ~3e-4 from FP32; another song's "
+                                                       "bytes).")] = "fp32",
+    ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
+                                                       "quantize`) for the plan and semantic stages.")] = None,
+    kv_cache: KvOpt = "bf16",
+) -> None:
+    """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
+    from ..single import SongJob, render_song_folder
+
+    job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
+                  abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force,
+                  sampler="exact" if exact else "fast", decode_precision=decode_precision,
+                  ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
+    record = guarded(render_song_folder, job)
+    t = record["timings"]
+    line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
+    midi = record["score_midi"]
+    typer.echo(f"wrote {out}: {record['audio']['seconds']:.2f} s of audio ({line}); "
+               + ("score.mid beside score.abc" if midi == "score.mid" else f"no score.mid: {midi}"))
+
+
+@app.command(no_args_is_help=True)
+def render(
+    album: Annotated[Path, typer.Argument(help="Album spec (TOML), e.g. configs/albums/demo.toml.")],
+    out: Annotated[str | None, typer.Option("--out", "-o", envvar="FARM_OUT",
+                                            help="Album folder: a path or an fsspec URL (default out/<album>).")]
+    = None,
+    model: Annotated[str | None, typer.Option("--model", "-m", envvar="FARM_MODEL",
+                                              help="'tiny' or a checkpoint dir (default: the album's, else tiny).")]
+    = None,
+    vae: VaeOpt = None,
+    address: Annotated[str | None, typer.Option(help="A running Ray cluster: auto, HOST:PORT or ray://…; "
+                                                     "default: start a local one.")] = None,
+    cluster: Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); without "
+                                                      "--address, a local cluster of its virtual cards.")] = None,
+    force: Annotated[bool, typer.Option(help="Redo every stage, even finished ones.")] = False,
+    exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with a per-track "
+                                             "generator), one track at a time per AR worker; slower, other songs.")]
+    = False,
+    threads: Annotated[int, typer.Option(help="Torch CPU threads per worker.", min=1)] = 1,
+    pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD (node/index, or index on one node), for every "
+                                                       "stage: your placement instead of the planner's.")] = None,
+    ar_window: Annotated[int | None, typer.Option(help="Most tracks inside the AR stages at once (0: no cap); "
+                                                       "default: the plan's (a cap only where the simulator finds "
+                                                       "staggered tracks faster).", min=0)] = None,
+    dashboard: Annotated[bool, typer.Option(help="Serve the live page while the album renders.")] = False,
+    port: Annotated[int, typer.Option(help="Dashboard port (0: any free one).")] = 8365,
+    host: Annotated[str, typer.Option(help="Dashboard address; 127.0.0.1 unless you mean to share it.")]
+    = "127.0.0.1",
+    stall_timeout: Annotated[float, typer.Option(help="Seconds a busy worker may leave a ping unanswered before "
+                                                      "it is replaced and its tracks go again.", min=1)] = 600.0,
+    log_level: Annotated[str, typer.Option(help="What render.log in the album folder keeps: debug, info, warning "
+                                                "or error (the terminal shows warnings and errors).")] = "info",
+    ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
+                                                       "quantize`) for the plan and semantic stages (default: "
+                                                       "the album's ar_checkpoint, if any).")] = None,
+    kv_cache: Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache: bf16 or fp8 (default: the "
+                                                 "album's kv_cache, else bf16).")] = None,
+) -> None:
+    """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
+    from ..driver import RenderOptions, render_album
+
+    opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
+                         threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
+                         stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level,
+                         ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
+    result = interruptible(guarded, render_album, album, opts)
+    done = sum(r["status"] == "done" for r in result.rows)
+    typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
+               f"(run {result.run_id}, {len(result.events)} stage calls)")
+    for key, error in result.failures.items():
+        typer.echo(f"failed: {key}: {error}", err=True)
+    if result.failures:
+        raise typer.Exit(code=EXIT_FAILED_TRACKS)
+
+
+@app.command("dashboard")
+def dashboard_command(
+    out: Annotated[str, typer.Argument(help="Album folder (path or URL) of a running or finished render.")],
+    port: Annotated[int, typer.Option(help="Port (0: any free one).")] = 8365,
+    host: Annotated[str, typer.Option(help="Address; 127.0.0.1 unless you mean to share it.")] = "127.0.0.1",
+) -> None:
+    """Serve the live page for an album folder (its metrics and live.json), until Ctrl-C."""
+    import time
+
+    from ..dashboard.server import serve
+    from ..live import album_stats_fn
+    from ..store import Store
+
+    if not Store(out).exists("live.json") and not Store(out).exists("metrics.parquet"):
+        fail(f"{out}: no live.json or metrics.parquet — not a farm album folder")
+    server, url = serve(album_stats_fn(out), host=host, port=port)
+    typer.echo(f"dashboard for {out}: {url}  (Ctrl-C to stop)")
+    try:
+        while True:
+            time.sleep(3600)
+    except KeyboardInterrupt:
+        server.shutdown()
+
+
+@app.command()
+def report(out: Annotated[str, typer.Argument(help="Album folder (path or URL) holding metrics.parquet.")]) -> None:
+    """Rebuild report.html and the PNG charts of an album folder from its metrics.parquet alone."""
+    from ..report import write_report
+    from ..store import Store
+
+    names = guarded(write_report, Store(out))
+    typer.echo(f"wrote {', '.join(names)} in {out}")

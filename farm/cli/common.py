@@ -1,0 +1,87 @@
+"""What every `farm` command shares: the Typer apps, the option types, and how a user's mistake or a stop ends a
+command (one line, its exit code)."""
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+HELP = {"help_option_names": ["-h", "--help"]}
+app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich", add_completion=False, context_settings=HELP,
+                  help="yue2-farm: render YuE2-3B songs and albums across the GPUs you have.")
+bench_app = typer.Typer(no_args_is_help=True, context_settings=HELP,
+                        help="Benchmarks: tables against the H200 floors (docs/benchmarks.md).")
+app.add_typer(bench_app, name="bench")
+
+# Exit codes (README, "Exit codes"): 0 done; 1 a crash (a bug: the traceback is in the crash log); 2 bad input;
+# 3 the album finished but some tracks failed (their reasons are printed and kept in the album folder);
+# 130 / 143 stopped by Ctrl-C / SIGTERM (the same command resumes).
+EXIT_FAILED_TRACKS = 3
+
+
+def _version(show: bool) -> None:
+    if show:
+        from .. import __version__
+
+        typer.echo(f"yue2-farm {__version__}")
+        raise typer.Exit()
+
+
+@app.callback()
+def _options(version: Annotated[bool, typer.Option("--version", callback=_version, is_eager=True,
+                                                   help="Print the version and exit.")] = False) -> None:
+    """yue2-farm: render YuE2-3B songs and albums across the GPUs you have."""
+
+ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
+                                       help="'tiny' (random, created on first use) or a checkpoint directory.")]
+VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when --model is a bare model dir.")]
+KvOpt = Annotated[str, typer.Option("--kv-cache", help="The AR KV cache: bf16 (the model's dtype) or fp8 (e4m3: "
+                                    "half the bytes a step reads; other songs).")]
+DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+# One meaning per flag name: `--json PATH` writes a report file (the benchmarks); how a command prints is --format.
+OutputOpt = Annotated[str, typer.Option("--format", help="How to print it: table or json.")]
+
+
+def _as_json(output: str) -> bool:
+    if output not in ("table", "json"):
+        fail(f"--format must be table or json, got {output!r}")
+    return output == "json"
+
+
+def fail(message: str) -> None:
+    typer.echo(f"error: {message}", err=True)
+    raise typer.Exit(code=2)
+
+
+def guarded(fn, *args, **kwargs):
+    """Run a library call; a user error becomes one line on stderr and exit code 2."""
+    from ..errors import user_error_types
+
+    try:
+        return fn(*args, **kwargs)
+    except user_error_types() as exc:
+        fail(str(exc))
+    except FileExistsError as exc:
+        fail(str(exc))
+
+
+def interruptible(fn, *args, **kwargs):
+    """Ctrl-C (exit 130) and SIGTERM (exit 143) stop a render cleanly: finished stages stay on disk, live.json says
+    `stopped`, and the message says that the same command resumes."""
+    import signal
+
+    from ..driver import Stopped
+
+    def on_term(signum, frame):
+        raise Stopped()
+
+    previous = signal.signal(signal.SIGTERM, on_term)
+    try:
+        return fn(*args, **kwargs)
+    except (KeyboardInterrupt, Stopped) as exc:
+        code = 130 if isinstance(exc, KeyboardInterrupt) else Stopped.exit_code
+        typer.echo(f"stopped ({'Ctrl-C' if code == 130 else 'SIGTERM'}); finished stages are kept — run the same "
+                   f"command again to resume", err=True)
+        raise typer.Exit(code) from None
+    finally:
+        signal.signal(signal.SIGTERM, previous)

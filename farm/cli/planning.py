@@ -1,0 +1,71 @@
+"""The planning commands: inventory, plan, simulate, calibrate."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from .common import OutputOpt, _as_json, app, guarded
+
+
+@app.command()
+def inventory(
+    cluster: Annotated[Path | None, typer.Option(help="Show a profile's virtual cards instead of this host's.")]
+    = None,
+) -> None:
+    """The cards the farm can place stages on: this host's GPUs (NVML), or a cluster profile's."""
+    from ..inventory import show_inventory
+
+    guarded(show_inventory, cluster)
+
+
+AlbumOpt = Annotated[Path | None, typer.Option(help="Plan for this album's tracks (their token budgets).")]
+TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded lengths instead (default 12).",
+                                              min=1)]
+ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); default: this "
+                                                      "host's GPUs.")]
+
+
+@app.command()
+def plan(
+    cluster: ClusterOpt = None,
+    album: AlbumOpt = None,
+    tracks: TracksOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
+    mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
+    output: OutputOpt = "table",
+) -> None:
+    """Which stage runs on which card, how many replicas and batches, the bottleneck and the ETA — with reasons."""
+    from ..plan_commands import plan_command
+
+    typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, _as_json(output)))
+
+
+@app.command()
+def simulate(
+    cluster: ClusterOpt = None,
+    album: AlbumOpt = None,
+    tracks: TracksOpt = None,
+    seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
+    mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
+    output: OutputOpt = "table",
+) -> None:
+    """Run the planner's plan through a discrete-event simulation of the farm's dispatch: makespan, use, queues."""
+    from ..plan_commands import simulate_command
+
+    typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, _as_json(output)))
+
+
+@app.command()
+def calibrate(
+    bench_json: Annotated[Path, typer.Argument(help="A `farm bench song --json` report measured on a GPU.")],
+    out: Annotated[Path | None, typer.Option(help="Calibration file (default configs/calibration/<gpu>.toml).")]
+    = None,
+    album: Annotated[list[Path] | None, typer.Option(help="`farm bench album --json` reports: AR batching points.")]
+    = None,
+) -> None:
+    """Fit the cost model's efficiency factors to a measured bench report and write the calibration file."""
+    from ..plan_commands import calibrate_command
+
+    typer.echo(guarded(calibrate_command, bench_json, out, tuple(album or ())))
