@@ -44,7 +44,10 @@ def ar_figures(report: dict) -> dict[str, float]:
 
 
 def song_figures(report: dict) -> dict[str, float]:
-    """The whole track, and the acoustic and decode stages alone (issue 9's `acoustic_s`, `decode_s`)."""
+    """The whole track, and the acoustic and decode stages alone (issue 9's `acoustic_s`, `decode_s`); with
+    quantised AR weights only `song_s_quantized` (the other stages do not change)."""
+    if report["environment"].get("weight_format", "bf16") != "bf16":      # quantised AR: the track's time only
+        return {"song_s_quantized": report["environment"]["total_seconds"]}
     seconds = {r["stage"]: r["seconds"] for r in report["rows"]}
     tf32 = next((r for r in report.get("decode_precisions", []) if r["precision"] == "tf32"), {})
     return {"song_s": report["environment"]["total_seconds"], "acoustic_s": seconds.get("acoustic"),

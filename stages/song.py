@@ -46,12 +46,13 @@ class SongEngines:
     `fast` (CUDA graphs + torch.compile for the AR step) is a hardware choice and never changes a song."""
 
     def __init__(self, ckpt: Checkpoint, device="cpu", dtype: torch.dtype | None = None, fast=False,
-                 sampler: str = "fast", ar_checkpoint=None, kv_cache: str = "bf16"):
+                 sampler: str = "fast", ar_checkpoint=None, kv_cache: str = "bf16", ar_format: str = "bf16"):
         """`ar_checkpoint`: a quantised AR checkpoint (ar_checkpoint.py) for the plan and semantic stages; the
-        MoT's own AR half still serves the acoustic stage's prefix. `kv_cache`: the AR engine's KV format."""
+        MoT's own AR half still serves the acoustic stage's prefix. Without one, `ar_format` (quant.FORMATS)
+        quantises the model's own AR weights when the engine starts. `kv_cache`: the AR engine's KV format."""
         self.ckpt, self.device = ckpt, torch.device(device)
         model = load_model(ckpt.model_dir, ckpt.cfg, ALL_PARTS, device=device, dtype=dtype)
-        ar_model, ar_format = model, "bf16"
+        ar_model = model
         if ar_checkpoint is not None:
             from .ar_checkpoint import load_quantized_ar
 

@@ -27,6 +27,20 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
     assert keys["decode_tf32_s"]["value"] == round(precisions["tf32"]["seconds"], 4)
 
 
+
+def test_bench_song_with_fp8_ar_weights_writes_only_the_quantised_key(tiny_ckpt_dir, tmp_path):
+    """--ar-format fp8: the AR step reads FP8 weights; the track's time is `song_s_quantized` and the BF16 keys stay
+    as they were (the acoustic and decode stages do not change with the AR format)."""
+    summary = tmp_path / "summary.json"
+    summary.write_text(json.dumps({"song_s": {"value": 1.0, "gpu": "x", "date": "d", "command": "c"}}))
+    r = CliRunner().invoke(app, ["bench", "song", "--model", str(tiny_ckpt_dir), "--device", "cpu",
+                                 "--plan-tokens", "24", "--semantic-tokens", "40", "--ar-format", "fp8",
+                                 "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    keys = json.loads(summary.read_text())
+    assert set(keys) == {"song_s", "song_s_quantized"} and keys["song_s"]["value"] == 1.0
+    assert keys["song_s_quantized"]["value"] > 0 and "AR weights fp8" in r.output.replace("\n", " ")
+
 def test_a_faster_decode_is_another_song_only_when_asked():
     """decode_precision enters the decode stage's key only when it is not the default: albums rendered before the
     option keep their keys, and a TF32 track is never mistaken for an FP32 one on resume."""

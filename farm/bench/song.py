@@ -40,7 +40,7 @@ def environment(device: str) -> dict:
 
 
 def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_tokens: int, device: str,
-                   repeats: int, json_out: Path | None) -> list[dict]:
+                   repeats: int, json_out: Path | None, weight_format: str = "bf16") -> list[dict]:
     from stages.protocol import SongRequest
     from stages.requests import default_settings, open_checkpoint
     from stages.song import SongEngines, render_song
@@ -54,7 +54,7 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
     request = SongRequest(style=BENCH_STYLE, lyrics=bench_lyrics(ckpt.cfg.tokens), cot="full")
     settings = default_settings(ckpt.cfg, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens)
     start = time.perf_counter()
-    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"))
+    engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), ar_format=weight_format)
     load_seconds = time.perf_counter() - start
     warm = default_settings(ckpt.cfg, plan_tokens=min(plan_tokens, 32), semantic_tokens=min(semantic_tokens, 64))
     render_song(engines, request, warm)                      # kernels, allocator and graphs warm
@@ -65,6 +65,7 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
 
     env = {**environment(device), "model": ckpt.cfg.name, "load_seconds": load_seconds, "repeats": len(runs),
            "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "total_seconds": total,
+           "weight_format": weight_format,
            "prompt_tokens": len(plan_prefix(request, ckpt.tokenizer, ckpt.cfg.tokens))}
     print_table(rows, env)
     precisions = decode_precisions(engines, runs[-1].latents, settings, device)
@@ -125,7 +126,7 @@ def print_table(rows: list[dict], env: dict) -> None:
 
     title = (f"farm bench song — {env['model']} on {env.get('gpu', env['device'])}, torch {env['torch']}, "
              f"{env['date']} — FORCED lengths: plan {env['plan_tokens']}, semantic {env['semantic_tokens']} "
-             f"(end id masked until then; random weights)")
+             f"(end id masked until then; random weights; AR weights {env.get('weight_format', 'bf16')})")
     table = Table(title=title, title_justify="left")
     for col in ("stage", "units", "seconds", "rate", "peak GiB", "H200 floor s", "× floor", "reference runtime s"):
         table.add_column(col, justify="left" if col == "stage" else "right")

@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import DeviceOpt, KvOpt, ModelOpt, VaeOpt, bench_app, fail, guarded
+from .common import ArFormatOpt, DeviceOpt, KvOpt, ModelOpt, VaeOpt, bench_app, fail, guarded
 
 
 @bench_app.command("song")
@@ -22,12 +22,15 @@ def bench_song(
     = None,
     summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
     = None,
+    weight_format: ArFormatOpt = "bf16",
 ) -> None:
     """One reference-length track through all four stages in one process: per-stage time, rate and peak memory."""
     from ..bench.song import run_song_bench
 
+    _check_formats(weight_format, "bf16")
     report = guarded(run_song_bench, model=model, vae=vae, plan_tokens=plan_tokens,
-                     semantic_tokens=semantic_tokens, device=device, repeats=repeats, json_out=json_out)
+                     semantic_tokens=semantic_tokens, device=device, repeats=repeats, json_out=json_out,
+                     weight_format=weight_format)
     if summary:
         from ..measured import song_figures, update_summary
 
@@ -70,23 +73,16 @@ def bench_ar(
     rows: Annotated[list[int] | None, typer.Option("--rows", help="Live rows to measure (repeatable).")] = None,
     blocks: Annotated[int, typer.Option(help="Timed blocks of steps per point (after one warm block).")] = 4,
     numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
-    weight_format: Annotated[str, typer.Option("--format", help="AR weights: bf16 (the model's own) or fp8 "
-                                               "(quantised per output channel when the engine starts).")] = "bf16",
+    weight_format: ArFormatOpt = "bf16",
     kv_cache: KvOpt = "bf16",
     json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
     summary: Annotated[Path | None, typer.Option(help="Update these headline keys (docs/measured/summary.json).")]
     = None,
 ) -> None:
     """The AR step against its memory-bandwidth floor at 1…32 rows, batch invariance, kernel and numerics checks."""
-    from stages.quant import FORMATS
-
     from ..bench.ar import ROWS, run_ar_bench
 
-    if weight_format not in FORMATS:
-        fail(f"--format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
-    from ..quantized import check_kv_cache
-
-    guarded(check_kv_cache, kv_cache)
+    _check_formats(weight_format, kv_cache)
     report = guarded(run_ar_bench, model=model, vae=vae, device=device, rows=tuple(rows or ROWS), blocks=blocks,
                      numerics_tokens=numerics_tokens, json_out=json_out, weight_format=weight_format,
                      kv_format=kv_cache)
@@ -141,3 +137,13 @@ def bench_album(
         from ..measured import album_figures, update_summary
 
         update_summary(summary, album_figures(report), report["environment"])
+
+
+def _check_formats(weight_format: str, kv_cache: str) -> None:
+    from stages.quant import FORMATS
+
+    from ..quantized import check_kv_cache
+
+    if weight_format not in FORMATS:
+        fail(f"--ar-format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
+    guarded(check_kv_cache, kv_cache)
