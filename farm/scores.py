@@ -1,8 +1,8 @@
 """Each track's score as MIDI (`score.mid`) beside its ABC, through music21, where the ABC parses.
 
 The plan stage writes ABC; a producer wants it in a DAW. music21 reads the ABC and writes a Standard MIDI File
-(deterministic: the same score gives the same bytes). A score music21 cannot read does not fail the track: the
-manifest says why there is no MIDI (`score_midi`), in one line.
+(deterministic: the same score gives the same bytes). A score music21 cannot read — or a machine without music21 —
+does not fail the track: the manifest says why there is no MIDI (`score_midi`), in one line.
 """
 from __future__ import annotations
 
@@ -13,8 +13,10 @@ def midi_from_abc(abc_text: str) -> tuple[bytes | None, str]:
     """→ (the MIDI bytes, "") or (None, why not)."""
     if not abc_text.strip():
         return None, "no score (the plan stage wrote none)"
-    import music21
-
+    try:
+        import music21
+    except ImportError:   # a dependency of the package; a source tree run without it still delivers the audio
+        return None, "music21 is not installed (pip install music21), so no MIDI was written"
     try:
         score = music21.converter.parse(abc_text, format="abc")
         notes = len(score.flatten().notes)

@@ -27,6 +27,15 @@ def test_a_score_that_does_not_parse_gets_a_one_line_reason():
         assert midi is None and reason in why and "\n" not in why
 
 
+
+def test_without_music21_the_track_gets_a_reason_not_a_crash(monkeypatch):
+    """A source-tree run on a machine without music21 (the GPU image) still delivers the album: no MIDI, a reason."""
+    import sys
+
+    monkeypatch.setitem(sys.modules, "music21", None)         # `import music21` raises ImportError
+    midi, why = scores.midi_from_abc(ABC)
+    assert midi is None and why.startswith("music21 is not installed") and "\n" not in why
+
 def test_farm_song_writes_score_mid_beside_a_given_score(tiny_ckpt_dir, tmp_path):
     (tmp_path / "lyrics.txt").write_text("[verse]\nPaper boats\n")
     (tmp_path / "score.abc").write_text(ABC)
