@@ -8,6 +8,7 @@ until the target length and generation stops there.
 from __future__ import annotations
 
 import json
+import os
 import tempfile
 import time
 from pathlib import Path
@@ -86,14 +87,26 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
               "nvml_peak_bytes": {u: {str(p): b for p, b in procs.items()}
                                   for u, procs in monitor.peak_by_process().items()},
               "nvml_available": monitor.available}
-    if sequential:
-        report["sequential"] = sequential_times(paths, spec, kv_cache)
+    # the farm's figures are printed and written before the sequential path starts: a run stopped during that
+    # (long) part keeps them
     print_report(report)
-    if json_out:
-        Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
+    write_report(report, json_out)
     if gantt:
         write_gantt(report, gantt)
+    if sequential:
+        report["sequential"] = sequential_times(paths, spec, kv_cache)
+        print_sequential(report)
+        write_report(report, json_out)
     return report
+
+
+def write_report(report: dict, path: Path | None) -> None:
+    """Whole or not at all: the report is written twice in a run (before and after the sequential path)."""
+    if path:
+        path = Path(path)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(report, indent=2, default=str) + "\n")
+        os.replace(tmp, path)
 
 
 def write_gantt(report: dict, path: Path) -> None:
@@ -176,10 +189,6 @@ def print_report(r: dict) -> None:
     console.print(table)
     line = f"album makespan (first stage start → last stage end): {r['album_makespan_s']:.2f} s; " \
            f"render wall incl. Ray start and weight loading: {r['render_wall_s']:.2f} s"
-    if "sequential" in r:
-        seq = r["sequential"]["wall_s"]
-        line += f"\nsequential one-song path, same {r['tracks']} tracks, same run: {seq:.2f} s → farm speed-up " \
-                f"{seq / r['album_makespan_s']:.2f}x (makespan) / {seq / r['render_wall_s']:.2f}x (wall)"
     if r.get("simulated_makespan_s"):
         sim = r["simulated_makespan_s"]
         line += (f"\nsimulator's forecast for this plan: {sim:.2f} s ({(sim / r['album_makespan_s'] - 1):+.1%} of the "
@@ -192,3 +201,9 @@ def print_report(r: dict) -> None:
         console.print(f"NVML {uuid}: {held}")
     if not r["nvml_available"]:
         console.print("NVML: no local GPU to sample (virtual or CPU cards report no memory).")
+
+
+def print_sequential(r: dict) -> None:
+    seq = r["sequential"]["wall_s"]
+    print(f"sequential one-song path, same {r['tracks']} tracks, same run: {seq:.2f} s → farm speed-up "
+          f"{seq / r['album_makespan_s']:.2f}x (makespan) / {seq / r['render_wall_s']:.2f}x (wall)")
