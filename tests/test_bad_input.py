@@ -233,7 +233,7 @@ OTHERS = [
     ("init-checkpoint-config", ["init-checkpoint", "{out}", "--config", "huge"], "huge"),
     ("report-no-album", ["report", "{w}/adir"], "adir"),
     ("quantize-format", ["quantize", "{out}", "--format", "int4"], "--format: expected one of fp8, got 'int4'"),
-    ("bench-ar-format", ["bench", "song", "--ar-format", "int4"], "--ar-format: expected one of bf16, fp8, got 'int4'"),
+    ("bench-format", ["bench", "song", "--format", "int4"], "--format: expected one of bf16, fp8, got 'int4'"),
     ("quantize-model-missing", ["quantize", "{out}", "--model", "/nonexistent"], "--model /nonexistent"),
     ("quantize-out-exists", ["quantize", "{w}/ar-fp8"], "{w}/ar-fp8 already exists"),
     ("dashboard-no-album", ["dashboard", "{w}/adir"], "adir"),

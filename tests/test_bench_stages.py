@@ -29,12 +29,12 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
 
 
 def test_bench_song_with_fp8_ar_weights_writes_only_the_quantised_key(tiny_ckpt_dir, tmp_path):
-    """--ar-format fp8: the AR step reads FP8 weights; the track's time is `song_s_quantized` and the BF16 keys stay
+    """--format fp8: the AR step reads FP8 weights; the track's time is `song_s_quantized` and the BF16 keys stay
     as they were (the acoustic and decode stages do not change with the AR format)."""
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"song_s": {"value": 1.0, "gpu": "x", "date": "d", "command": "c"}}))
     r = CliRunner().invoke(app, ["bench", "song", "--model", str(tiny_ckpt_dir), "--device", "cpu",
-                                 "--plan-tokens", "24", "--semantic-tokens", "40", "--ar-format", "fp8",
+                                 "--plan-tokens", "24", "--semantic-tokens", "40", "--format", "fp8",
                                  "--summary", str(summary)])
     assert r.exit_code == 0, r.output
     keys = json.loads(summary.read_text())

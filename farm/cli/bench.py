@@ -145,5 +145,5 @@ def _check_formats(weight_format: str, kv_cache: str) -> None:
     from ..quantized import check_kv_cache
 
     if weight_format not in FORMATS:
-        fail(f"--ar-format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
+        fail(f"--format: expected one of {', '.join(FORMATS)}, got {weight_format!r}")
     guarded(check_kv_cache, kv_cache)

@@ -37,10 +37,11 @@ ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
 VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when --model is a bare model dir.")]
 KvOpt = Annotated[str, typer.Option("--kv-cache", help="The AR KV cache: bf16 (the model's dtype) or fp8 (e4m3: "
                                     "half the bytes a step reads; other songs).")]
-ArFormatOpt = Annotated[str, typer.Option("--ar-format", help="The AR step's weights: bf16 (the model's own) or "
-                                         "fp8 (quantised per output channel when the engine starts).")]
+ArFormatOpt = Annotated[str, typer.Option("--format", "--ar-format", help="The AR step's weights: bf16 (the model's "
+                                         "own) or fp8 (quantised per output channel when the engine starts).")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
-# One meaning per flag name: `--json PATH` writes a report file (the benchmarks); how a command prints is --format.
+# `--json PATH` writes a report file (the benchmarks). --format is how `plan` and `simulate` print, and the AR weights'
+# format where weights are the subject (`farm quantize`, `farm bench ar|song`, as issue 10 names it).
 OutputOpt = Annotated[str, typer.Option("--format", help="How to print it: table or json.")]
 
 
