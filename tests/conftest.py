@@ -71,3 +71,12 @@ def pytest_collection_modifyitems(config, items):
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+@pytest.fixture(scope="module")
+def album(tmp_path_factory):
+    path = tmp_path_factory.mktemp("album") / "album.toml"
+    from .farm_album import ALBUM
+
+    path.write_text(ALBUM)
+    return path

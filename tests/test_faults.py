@@ -11,7 +11,7 @@ import pytest
 from farm.driver import RenderOptions, render_album
 
 from .conftest import PROFILES
-from .test_farm import ALBUM, FILES
+from .farm_album import ALBUM, FILES
 
 pytestmark = pytest.mark.slow     # renders with killed and frozen workers
 

@@ -46,7 +46,7 @@ SCRIPT = textwrap.dedent("""
 
 
 def test_a_full_disk_fails_only_what_found_no_room_and_a_rerun_completes(tiny_ckpt_dir, tmp_path):
-    from .test_farm import ALBUM, FILES
+    from .farm_album import ALBUM, FILES
 
     if shutil.which("unshare") is None or subprocess.run(
             ["unshare", "-rm", "sh", "-c", f"mount -t tmpfs -o size=64k tmpfs {tmp_path}"],

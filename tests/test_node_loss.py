@@ -58,7 +58,7 @@ SCRIPT = textwrap.dedent("""
 def test_an_album_finishes_on_the_surviving_node(tiny_ckpt_dir, tmp_path, layout):
     """both: every stage also runs on the surviving card. split: the lost card held the only acoustic and decode
     workers, so those stages move to the survivor (its worker restarts with their engines)."""
-    from .test_farm import ALBUM, FILES
+    from .farm_album import ALBUM, FILES
 
     spec = tmp_path / "album.toml"
     tracks = "".join(f'[[tracks]]\ntitle = "Lost {i}"\nlyrics = "[verse]\\nline {i}\\n"\n' for i in range(1, 7))
