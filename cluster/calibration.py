@@ -47,6 +47,12 @@ class Calibration:
     overlap_other_slowdown: float = 1.08
     # Per-stage AR overheads when measured (None: the [ar] values). The two AR stages sample differently (top-k 30
     # vs 100, other windows), so their per-step and per-track costs differ on the same engine.
+    # The AR step's other formats (docs/benchmarks.md, 2026-12-01, one H200, the same engine in both formats):
+    # FP8 weights cannot take the RMSNorms folded in, so a step runs 56 launches more — fitted so that the model
+    # gives the measured FP8/BF16 step time of the reference track's AR stages (1.04); an FP8 KV byte costs this many
+    # BF16 bytes' time (the split kernel widens every page before its products; 8.70 vs 7.66 ms at 24 rows × 7,680).
+    fp8_step_overhead_s: float = 4.4e-4
+    kvfp8_byte_cost: float = 2.41
     plan_step_overhead_s: float | None = None
     plan_track_step_overhead_s: float | None = None
     semantic_step_overhead_s: float | None = None
@@ -76,6 +82,8 @@ _FIELDS = {  # TOML table.key -> Calibration field
     ("job", "overhead_s"): "job_overhead_s",
     ("overlap", "ar_slowdown"): "overlap_ar_slowdown",
     ("overlap", "other_slowdown"): "overlap_other_slowdown",
+    ("fp8", "step_overhead_s"): "fp8_step_overhead_s",
+    ("kv_fp8", "byte_cost"): "kvfp8_byte_cost",
     ("plan", "step_overhead_s"): "plan_step_overhead_s",
     ("plan", "track_step_overhead_s"): "plan_track_step_overhead_s",
     ("semantic", "step_overhead_s"): "semantic_step_overhead_s",

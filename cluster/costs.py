@@ -6,7 +6,9 @@ responsible for: memory (memory.py), choosing cards (placement.py), fitting the 
 
 The model (docs/model.md §6 and §12):
 - AR decode step for the jobs in a batch: overhead + max((weights + sum of KV read) / bandwidth, sum FLOP / bf16);
-  the batch shares one read of the weights. Prefill: causal FLOP / bf16.
+  the batch shares one read of the weights. Prefill: causal FLOP / bf16. Bytes are those of the step's formats
+  (workload.ModelShape.ar_format, kv_format); FP8 weights add the calibration's per-step overhead (the norms they
+  cannot fold), and an FP8 KV byte costs `kvfp8_byte_cost` weight bytes (it is widened before its products).
 - acoustic: (prefill + 64 velocity evals of 2 L_n 1.4094 G + 28 * 4 L_n (L_a + L_n) 2048 FLOP) / bf16 rate.
 - decode: 57.7 GFLOP per second of audio, plus the halo frames decoded twice at inner tile edges (3 % at core
   1024), / FP32 rate.
@@ -37,7 +39,7 @@ def track_work(track: TrackShape, stage: str, model: ModelShape, core: int = 102
     if stage in AR_STAGES:
         ctx = track.mean_context(stage)
         return Work(stage, b * model.prefill_flop(track.prefix_tokens(stage)), track.generated_tokens(stage),
-                    b * ctx * model.kv_bytes_per_token, b * model.ar_token_flop(ctx))
+                    b * ctx * model.ar_kv_bytes_per_token, b * model.ar_token_flop(ctx))
     if stage == "acoustic":
         flop = sum(model.prefill_flop(la) + model.ode_evals * model.velocity_eval_flop(la, ln)
                    for la, ln in track.acoustic_chunks(model))
@@ -57,6 +59,7 @@ class CardSpeed:
     s_per_flop: float            # AR prefill / acoustic (bf16) / decode (fp32)
     job_overhead_s: float
     step_per_track_s: float = 0.0   # AR: overhead per track in the batch per step (its sampler, its bookkeeping)
+    kv_byte_cost: float = 1.0       # AR: time of a KV byte in the cache's format / time of a weight byte
 
 
 def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibration) -> CardSpeed | str:
@@ -72,15 +75,18 @@ def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibratio
     if stage not in AR_STAGES:
         return CardSpeed(0.0, 0.0, 0.0, 0.0, 1.0 / (rate * 1e12 * eff), cal.job_overhead_s)
     fixed, per_track = cal.ar_overheads(stage)
+    if model.ar_format != "bf16":     # quantised matrices cannot take the norms: their launches come back
+        fixed += cal.fp8_step_overhead_s
+    kv_cost = cal.kvfp8_byte_cost if model.kv_format != "bf16" else 1.0
     return CardSpeed(fixed, model.ar_step_weight_bytes, 1.0 / (spec.bandwidth_gbs * 1e9 * cal.ar_bandwidth_efficiency),
                      1.0 / (rate * 1e12 * cal.ar_compute_efficiency), 1.0 / (rate * 1e12 * eff), cal.job_overhead_s,
-                     per_track)
+                     per_track, kv_cost)
 
 
 def step_seconds(speed: CardSpeed, kv_bytes: float, flop: float, tracks: float = 1) -> float:
     """One AR decode step for a batch of `tracks` whose members read `kv_bytes` of KV and need `flop` in total."""
     return (speed.step_fixed_s + tracks * speed.step_per_track_s
-            + max((speed.weight_bytes + kv_bytes) * speed.s_per_byte, flop * speed.s_per_step_flop))
+            + max((speed.weight_bytes + kv_bytes * speed.kv_byte_cost) * speed.s_per_byte, flop * speed.s_per_step_flop))
 
 
 def stall_seconds(speed: CardSpeed, work: Work) -> float:
@@ -153,5 +159,5 @@ def lower_bound_card_seconds(speed: CardSpeed, work: Work, batch: int) -> float:
     if work.stage not in AR_STAGES:
         return job_seconds(speed, work)
     per_token = ((speed.step_fixed_s + speed.weight_bytes * speed.s_per_byte) / batch + speed.step_per_track_s
-                 + work.kv_bytes_per_step * speed.s_per_byte)
+                 + work.kv_bytes_per_step * speed.kv_byte_cost * speed.s_per_byte)
     return stall_seconds(speed, work) + work.tokens * per_token

@@ -40,8 +40,10 @@ VAE_HALO_FRAMES = 16
 
 # Weight groups each stage loads (docs/model.md §8). The acoustic stage runs the AR branch for its per-chunk prefill and
 # the NAR branch for the ODE; its prefill keeps K/V only, so it never needs lm_head (0.70 GiB).
-# The AR decode step also keeps its own copies of q/k/v and gate/up with the RMSNorm weights folded in
-# (stages/step_weights.py `for_format`; 1.9 GB for yue2-3b in BF16): the "ar_step" group.
+# The AR decode step also keeps its own copies of its matrices (stages/step_weights.py `for_format`), the "ar_step"
+# group: in BF16 the q/k/v and gate/up matrices with the RMSNorm weights folded in (1.9 GB for yue2-3b); with FP8
+# weights every matrix quantised from the model's (1.4 GB), which prefill reads too. (An FP8 AR checkpoint would
+# spare the model's own AR matrices on an AR-only card; the planner books the quantise-when-loading case.)
 WEIGHT_GROUPS = {
     "plan": ("ar_layers", "embed", "lm_head", "ar_step"),
     "semantic": ("ar_layers", "embed", "lm_head", "ar_step"),
@@ -58,8 +60,14 @@ def group_bytes(model: ModelShape, group: str) -> float:
             "nar_layers": model.branch_params * wb,
             "nar_aux": (model.aux_params + model.pe_params) * wb,
             "vae_decoder": model.vae_decoder_params * model.vae_bytes,
-            "ar_step": model.layers * model.hidden * ((model.heads + 2 * model.kv_heads) * model.head_dim
-                                                      + 2 * model.intermediate) * wb}[group]
+            "ar_step": _step_copy_bytes(model)}[group]
+
+
+def _step_copy_bytes(model: ModelShape) -> float:
+    if model.ar_format != "bf16":
+        return model.ar_step_matrix_bytes
+    return model.layers * model.hidden * ((model.heads + 2 * model.kv_heads) * model.head_dim
+                                          + 2 * model.intermediate) * model.weight_bytes
 
 
 @dataclass(frozen=True)
@@ -116,7 +124,7 @@ def _prefill_bytes_per_token(model: ModelShape) -> float:
 
 def stage_kv_bytes(stage: str, model: ModelShape, pk: Peaks, batch: int) -> float:
     if stage in AR_STAGES:
-        return batch * pk.cfg_branches * pk.kv_capacity[AR_STAGES.index(stage)] * model.kv_bytes_per_token
+        return batch * pk.cfg_branches * pk.kv_capacity[AR_STAGES.index(stage)] * model.ar_kv_bytes_per_token
     if stage == "acoustic":  # the AR prefix K/V of one chunk stays for the whole ODE
         return batch * pk.acoustic_kv_tokens * model.kv_bytes_per_token
     return 0.0

@@ -80,6 +80,8 @@ class Plan:
     reserve_gib: float
     shared_process: bool
     ar_window: int | None = None   # most tracks inside the AR stages at once (dispatch.py); None: no cap
+    ar_format: str = "bf16"        # the AR step's weights on every AR card (workload.AR_FORMAT_BYTES)
+    kv_format: str = "bf16"        # the AR engines' KV cache
 
     @property
     def runnable(self) -> bool:
@@ -105,7 +107,9 @@ class Plan:
         if self.bottleneck:
             lines.append(f"bottleneck {self.bottleneck}; steady {self.throughput_tracks_s * 3600:,.1f} tracks/h; "
                          f"one track alone {self.one_track_s:,.1f} s"
-                         + (f"; at most {self.ar_window} tracks in AR at once" if self.ar_window else ""))
+                         + (f"; at most {self.ar_window} tracks in AR at once" if self.ar_window else "")
+                         + (f"; AR weights {self.ar_format}, KV cache {self.kv_format}"
+                            if (self.ar_format, self.kv_format) != ("bf16", "bf16") else ""))
         workers = [[w.stage, w.card, w.model, f"{w.share:.0%}", w.batch, w.decode_core, w.card_seconds,
                     w.latency_s, w.tracks_per_hour] for w in self.workers]
         cards = [[c.card, c.model, ",".join(c.stages) or "unused", c.memory_gib, c.budget_gib] for c in self.cards]

@@ -9,6 +9,7 @@ Schema (every key other than `name` is optional unless marked):
     name = "home lab"                  # required, text
     description = "..."                # text
     reserve_gib = 2.0                  # GiB every card keeps free (default 1.0); PlanOptions.reserve_gib takes it
+    forbid_ar_formats = ["fp8"]        # AR weight formats this cluster must not run (workload.AR_FORMAT_BYTES)
     [[nodes]]                          # zero or more
     name = "desk"                      # required, unique; letters, digits, '.', '_', '-'
     cpus = 16                          # required, integer >= 1
@@ -24,9 +25,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .gpus import GpuDevice, cpu_device, device_from_spec, known_models, lookup
+from .workload import AR_FORMAT_BYTES
 
 DEFAULT_RESERVE_GIB = 1.0
-_TOP_KEYS = {"name", "description", "reserve_gib", "nodes"}
+_TOP_KEYS = {"name", "description", "reserve_gib", "forbid_ar_formats", "nodes"}
 _NODE_KEYS = {"name", "cpus", "memory_gib", "count", "gpus"}
 _GPU_KEYS = {"model", "count"}
 _NODE_NAME = re.compile(r"^[A-Za-z0-9._-]+$")
@@ -51,6 +53,7 @@ class ClusterProfile:
     description: str
     reserve_gib: float
     nodes: tuple[NodeSpec, ...]
+    forbidden_formats: tuple[str, ...] = ()    # AR weight formats the planner may not choose here
 
     @property
     def gpu_count(self) -> int:
@@ -61,7 +64,8 @@ class ClusterProfile:
         return sum(node.cpus for node in self.nodes)
 
     def describe(self) -> str:
-        lines = [f"{self.name}: {len(self.nodes)} node(s), {self.gpu_count} GPU(s), reserve {self.reserve_gib:g} GiB"]
+        lines = [f"{self.name}: {len(self.nodes)} node(s), {self.gpu_count} GPU(s), reserve {self.reserve_gib:g} GiB"
+                 + (f"; AR formats forbidden: {', '.join(self.forbidden_formats)}" if self.forbidden_formats else "")]
         for node in self.nodes:
             gpus = ", ".join(node.gpus) or "no GPU"
             lines.append(f"  {node.name}: {node.cpus} CPUs; {gpus}")
@@ -82,6 +86,10 @@ def load_profile(path: str | Path) -> ClusterProfile:
     name = _text(where, "name", data.get("name"), required=True)
     description = _text(where, "description", data.get("description", ""))
     reserve = _number(where, "reserve_gib", data.get("reserve_gib", DEFAULT_RESERVE_GIB), minimum=0.0)
+    forbidden = data.get("forbid_ar_formats", [])
+    if not isinstance(forbidden, list) or any(f not in AR_FORMAT_BYTES for f in forbidden):
+        raise ProfileError(f"{where}: forbid_ar_formats: expected a list of AR weight formats "
+                           f"({', '.join(AR_FORMAT_BYTES)}), got {forbidden!r}")
     raw_nodes = data.get("nodes", [])
     if not isinstance(raw_nodes, list):
         raise ProfileError(f"{where}: nodes: expected an array of tables ([[nodes]]), got {_kind(raw_nodes)}")
@@ -91,7 +99,7 @@ def load_profile(path: str | Path) -> ClusterProfile:
         if node.name in seen:
             raise ProfileError(f"{where}: nodes: node name '{node.name}' is used twice")
         seen.add(node.name)
-    return ClusterProfile(name, where, description, reserve, tuple(nodes))
+    return ClusterProfile(name, where, description, reserve, tuple(nodes), tuple(forbidden))
 
 
 def profile_inventory(profile: ClusterProfile) -> list[GpuDevice]:

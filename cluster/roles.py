@@ -32,12 +32,17 @@ class PlanOptions:
     decode_cores: tuple[int, ...] = (1024, 512, 256)
     exact_limit: int = 65536          # exact search up to this many assignments (16^4: any 4 cards are exact)
     cpu_threads: int = 2              # the CPU fallback's threads when the inventory has no GPU
+    # The AR weight formats the plan may choose among (placement.plan: the first unless another is FORMAT_GAIN
+    # faster), and those the cluster's profile forbids. `model.kv_format` is the album's KV cache.
+    ar_formats: tuple[str, ...] = ("bf16",)
+    forbidden_formats: tuple[str, ...] = ()
 
     @classmethod
     def for_profile(cls, profile, **overrides) -> PlanOptions:
         """Options that take a cluster profile's reserve (and its first node's CPUs for the CPU fallback)."""
         cpus = profile.nodes[0].cpus if profile.nodes else 2
-        return cls(**{"reserve_gib": profile.reserve_gib, "cpu_threads": cpus, **overrides})
+        return cls(**{"reserve_gib": profile.reserve_gib, "cpu_threads": cpus,
+                      "forbidden_formats": profile.forbidden_formats, **overrides})
 
     def calibration_for(self, device: GpuDevice) -> Calibration:
         model = device.spec().model

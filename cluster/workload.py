@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 # The stages in order, and what each counts. stages/song.py keeps the torch side's copy of the names (the two
@@ -27,6 +27,11 @@ REFERENCE_SEMANTIC_TOKENS = 5371
 # Plan-stage prompt (style + lyrics + framing) in tokens. Not published; a guess of a typical prompt. The semantic
 # prefix then holds prompt + ABC ids, as the reference runtime builds it (token_prefixes(request, tokenizer, abc)).
 DEFAULT_PROMPT_TOKENS = 300
+# The AR step's weight and KV-cache formats (stages/quant.py FORMATS, stages/kv_cache.py KV_FORMATS — the torch side's
+# copies; tests/test_facts.py checks they agree): bytes per value, None for the model's own dtype. An FP8 matrix also
+# keeps one FP32 scale per output channel; the embedding and the lm_head stay in the model's dtype.
+AR_FORMAT_BYTES = {"bf16": None, "fp8": 1}
+KV_FORMAT_BYTES = {"bf16": None, "fp8": 1}
 
 
 @dataclass(frozen=True)
@@ -51,6 +56,14 @@ class ModelShape:
     weight_bytes: int = 2            # bf16 MoT
     vae_bytes: int = 4               # fp32 VAE, TF32 off
     frames_per_second: float = FRAMES_PER_SECOND
+    ar_format: str = "bf16"          # the AR step's linear weights (AR_FORMAT_BYTES)
+    kv_format: str = "bf16"          # the AR engine's KV cache (KV_FORMAT_BYTES)
+
+    def with_formats(self, ar_format: str | None = None, kv_format: str | None = None) -> ModelShape:
+        for value, known, what in ((ar_format, AR_FORMAT_BYTES, "AR weight"), (kv_format, KV_FORMAT_BYTES, "KV")):
+            if value is not None and value not in known:
+                raise ValueError(f"unknown {what} format {value!r} (known: {', '.join(known)})")
+        return replace(self, ar_format=ar_format or self.ar_format, kv_format=kv_format or self.kv_format)
 
     @classmethod
     def yue2_3b(cls) -> ModelShape:
@@ -102,9 +115,33 @@ class ModelShape:
         return self.layers * 2 * self.kv_heads * self.head_dim * self.weight_bytes
 
     @property
+    def ar_kv_bytes_per_token(self) -> int:
+        """The same in the AR engine's KV format (the acoustic stage's prefix K/V stay in the model's dtype)."""
+        return self.layers * 2 * self.kv_heads * self.head_dim * (KV_FORMAT_BYTES[self.kv_format] or self.weight_bytes)
+
+    @property
+    def ar_linear_params(self) -> int:
+        """The AR branch's matrices (q/k/v/o, gate/up/down): what a weight format quantises."""
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        return self.layers * (2 * self.hidden * q + 2 * self.hidden * kv + 3 * self.hidden * self.intermediate)
+
+    @property
+    def ar_step_matrix_bytes(self) -> int:
+        """The AR branch's matrices as the step reads them: in the model's dtype, or quantised with one FP32 scale
+        per output channel."""
+        per_value = AR_FORMAT_BYTES[self.ar_format]
+        if per_value is None:
+            return self.ar_linear_params * self.weight_bytes
+        q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
+        channels = self.layers * (q + 2 * kv + self.hidden + 2 * self.intermediate + self.hidden)
+        return self.ar_linear_params * per_value + channels * 4
+
+    @property
     def ar_step_weight_bytes(self) -> int:
-        """Weights one AR decode step reads: the AR branch + lm_head (the embedding read is one row)."""
-        return (self.branch_params + self.embed_params) * self.weight_bytes
+        """Weights one AR decode step reads: the AR branch (its matrices in the step's format, its norms) + lm_head
+        (the embedding read is one row)."""
+        norms = self.branch_params - self.ar_linear_params
+        return self.ar_step_matrix_bytes + (norms + self.embed_params) * self.weight_bytes
 
     # --- FLOP (docs/model.md §6) ---
     def ar_token_flop(self, context: float) -> float:

@@ -192,3 +192,48 @@ def test_a_thousand_cards_plan_in_seconds():
     assert p.method == "flow" and p.runnable and set(STAGES) == {w.stage for w in p.workers}
     assert any("flow: an LP" in r for r in p.reasons)
     check_invariants(p, inventory, PlanOptions())
+
+
+def test_fp8_ar_weights_are_chosen_on_a_bandwidth_poor_card_not_on_an_h200():
+    """With bf16 and fp8 allowed, a 5060 Ti (448 GB/s) runs FP8 AR weights (its AR stages are bound by bytes) and an
+    H200 keeps BF16: there the FP8 step's extra launches (calibration) cost what its bytes save. One format for the
+    whole album, said in the reasons with both makespans."""
+    options = PlanOptions(ar_formats=("bf16", "fp8"))
+    tracks = album_tracks(4, seed=0)
+    poor = plan([device_from_spec(lookup("RTX 5060 Ti"), "desk", 0)], tracks, options)
+    rich = plan([device_from_spec(lookup("H200"), "dc", 0)], tracks, options)
+    assert poor.ar_format == "fp8" and rich.ar_format == "bf16"
+    only = {f: plan([device_from_spec(lookup(g), "n", 0)], tracks, PlanOptions(ar_formats=(f,)))
+            for g, f in (("RTX 5060 Ti", "bf16"), ("RTX 5060 Ti", "fp8"))}
+    assert poor.makespan_s == only["fp8"].makespan_s < 0.95 * only["bf16"].makespan_s
+    assert "AR weights fp8 on every AR card" in poor.reasons[-1] and "in bf16" in poor.reasons[-1]
+    assert "must be 5% faster" in rich.reasons[-1] and "AR weights bf16" in rich.describe()
+    assert "AR weights fp8, KV cache bf16" in poor.describe()
+
+
+def test_a_profile_forbids_a_format(tmp_path):
+    text = ('name = "desk"\nforbid_ar_formats = ["fp8"]\n[[nodes]]\nname = "desk"\ncpus = 8\n'
+            'gpus = ["RTX 5060 Ti"]\n')
+    (tmp_path / "desk.toml").write_text(text)
+    profile = load_profile(tmp_path / "desk.toml")
+    options = PlanOptions.for_profile(profile, ar_formats=("bf16", "fp8"))
+    chosen = plan(profile_inventory(profile), album_tracks(4, seed=0), options)
+    assert chosen.ar_format == "bf16" and "profile forbids fp8" in chosen.reasons[-1]
+    with pytest.raises(ValueError, match="no format is left"):
+        plan(profile_inventory(profile), album_tracks(4, seed=0), dataclasses.replace(options, ar_formats=("fp8",)))
+    (tmp_path / "bad.toml").write_text(text.replace('["fp8"]', '["int3"]'))
+    with pytest.raises(Exception, match="forbid_ar_formats"):
+        load_profile(tmp_path / "bad.toml")
+
+
+def test_formats_change_the_bytes_the_models_count():
+    """FP8 weights: the step reads 2.17 GB instead of 3.58 (the lm_head stays BF16), and the card keeps quantised
+    copies instead of folded ones; an FP8 cache halves the AR engines' KV but not the acoustic stage's prefix K/V."""
+    from cluster.memory import group_bytes
+
+    bf16, fp8 = ModelShape.yue2_3b(), ModelShape.yue2_3b().with_formats("fp8", "fp8")
+    assert round(bf16.ar_step_weight_bytes / 1e9, 2) == 3.58 and round(fp8.ar_step_weight_bytes / 1e9, 2) == 2.17
+    assert fp8.ar_kv_bytes_per_token * 2 == bf16.ar_kv_bytes_per_token == fp8.kv_bytes_per_token == 112 * 1024
+    assert round(group_bytes(bf16, "ar_step") / 1e9, 2) == 1.88 and round(group_bytes(fp8, "ar_step") / 1e9, 2) == 1.41
+    with pytest.raises(ValueError, match="unknown AR weight format"):
+        bf16.with_formats("nvfp4")

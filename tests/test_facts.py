@@ -19,6 +19,16 @@ def test_stage_names_agree():
     assert song.STAGES == STAGES and set(STAGE_UNITS) == set(STAGES) and AR_STAGES == STAGES[:2]
 
 
+def test_the_planner_knows_the_engines_formats():
+    """cluster/ counts bytes for exactly the AR weight and KV formats the engines run (the rooms never import each
+    other, so each keeps its own list)."""
+    from cluster.workload import AR_FORMAT_BYTES, KV_FORMAT_BYTES
+    from stages.kv_cache import KV_FORMATS
+    from stages.quant import FORMATS
+
+    assert tuple(AR_FORMAT_BYTES) == tuple(FORMATS) and tuple(KV_FORMAT_BYTES) == tuple(KV_FORMATS)
+
+
 @pytest.mark.parametrize("name", ["tiny", "yue2-3b"])
 def test_the_frame_rate_is_the_vae_hop(name):
     vae = from_toml(ROOT / "configs" / "models" / f"{name}.toml").vae
