@@ -6,6 +6,7 @@ model = "tiny"                           # optional: what `farm render` uses whe
 artist = "The Paper Boats"               # optional: the ARTIST tag of the mastered files
 ar_checkpoint = "../ar-fp8"              # optional: a quantised AR checkpoint (`farm quantize`), relative to this file
 kv_cache = "fp8"                         # optional: the AR KV cache, bf16 (default) or fp8
+ar_format = "fp8"                        # optional: the AR step's weights, bf16 (default) or fp8 quantised on load
 [master]                                 # optional; the defaults below. `master = false`: no mastering
 lufs = -14.0                             # integrated loudness of each mastered track (ITU-R BS.1770)
 true_peak = -1.0                         # ceiling in dBTP (4x oversampled)
@@ -83,6 +84,8 @@ class AlbumSpec:
     artist: str | None = None
     ar_checkpoint: Path | None = None             # `farm render --ar-checkpoint` overrides it
     kv_cache: str | None = None                   # `farm render --kv-cache` overrides it; None: bf16
+    ar_format: str | None = None                  # `farm render --ar-format` overrides it; None: bf16 (or the
+                                                  # ar_checkpoint's format)
 
     @property
     def slug(self) -> str:
@@ -124,9 +127,9 @@ def load_album(path: str | Path) -> AlbumSpec:
     problems: list[str] = []
     where = str(path)
     for key in sorted(set(data) - {"title", "model", "artist", "master", "defaults", "tracks", "ar_checkpoint",
-                                   "kv_cache"}):
+                                   "kv_cache", "ar_format"}):
         problems.append(f"{where}: unknown key {key!r}")
-    ar_checkpoint, kv_cache = _ar_options(data, path, where, problems)
+    ar_checkpoint, kv_cache, ar_format = _ar_options(data, path, where, problems)
     artist = data.get("artist")
     if artist is not None and (not isinstance(artist, str) or not artist.strip() or not artist.isprintable()):
         problems.append(f"{where}: artist: must be printable text")
@@ -151,13 +154,15 @@ def load_album(path: str | Path) -> AlbumSpec:
     if problems:
         raise AlbumError(problems)
     return AlbumSpec(path, title.strip(), model, tuple(tracks), master, artist.strip() if artist else None,
-                     ar_checkpoint, kv_cache)
+                     ar_checkpoint, kv_cache, ar_format)
 
 
-def _ar_options(data: dict, path: Path, where: str, problems: list[str]) -> tuple[Path | None, str | None]:
-    """The album's AR options: a quantised AR checkpoint directory (relative to the spec) and the KV cache format.
-    Only their form is checked here; the checkpoint against the model is checked where the render starts."""
+def _ar_options(data: dict, path: Path, where: str, problems: list[str]) -> tuple[Path | None, str | None, str | None]:
+    """The album's AR options: a quantised AR checkpoint directory (relative to the spec), the KV cache format and
+    the AR weights' format. Only their form is checked here; the checkpoint against the model (and its format
+    against `ar_format`) where the render starts."""
     from stages.kv_cache import KV_FORMATS
+    from stages.quant import FORMATS
 
     ar_checkpoint, kv_cache = data.get("ar_checkpoint"), data.get("kv_cache")
     if ar_checkpoint is not None:
@@ -171,7 +176,11 @@ def _ar_options(data: dict, path: Path, where: str, problems: list[str]) -> tupl
     if kv_cache is not None and kv_cache not in KV_FORMATS:
         problems.append(f"{where}: kv_cache: must be one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")
         kv_cache = None
-    return ar_checkpoint, kv_cache
+    ar_format = data.get("ar_format")
+    if ar_format is not None and ar_format not in FORMATS:
+        problems.append(f"{where}: ar_format: must be one of {', '.join(FORMATS)}, got {ar_format!r}")
+        ar_format = None
+    return ar_checkpoint, kv_cache, ar_format
 
 
 MASTER_RANGES = {"lufs": (-40.0, -5.0), "true_peak": (-12.0, 0.0)}

@@ -14,13 +14,20 @@ from .raycluster import Runtime
 from .workers import ENGINE, CardRef, CardWorker, Secrets, WorkerSpec, actor_options
 
 
-def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, pins: tuple[str, ...] = ()):
+def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, pins: tuple[str, ...] = (),
+             formats: tuple[str, str] = ("bf16", "bf16")):
     """Plan the album on the runtime's cards. Real or virtual GPUs are planned for the yue2-3b shapes (what the
     placement would be with the real weights); a CPU-only farm is planned for the checkpoint it runs. `pins`
-    (STAGE=CARD) replace the planner's choice with the user's."""
+    (STAGE=CARD) replace the planner's choice with the user's. `formats`: the AR weights' and KV cache's formats
+    the render runs (the user's choice: they change the songs, so the planner does not pick them here)."""
     if pins:
-        return pinned_plan(runtime, jobs, pins, exact)
-    plan = make_plan(*planning_inputs(runtime, jobs, ckpt, exact))
+        return pinned_plan(runtime, jobs, pins, exact, formats)
+    try:
+        plan = make_plan(*planning_inputs(runtime, jobs, ckpt, exact, formats))
+    except ValueError as exc:      # every allowed AR format forbidden by the profile
+        from .errors import UserError
+
+        raise UserError(f"{runtime.profile.path if runtime.profile else 'this cluster'}: {exc}") from None
     if not plan.runnable:
         from .errors import UserError
 
@@ -28,31 +35,35 @@ def plan_for(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False, 
     return plan
 
 
-def planning_inputs(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False):
+def planning_inputs(runtime: Runtime, jobs: list[TrackJob], ckpt, exact: bool = False,
+                    formats: tuple[str, str] = ("bf16", "bf16")):
     """(cards, track shapes, options) the planner and the simulator see for this album on this runtime."""
     gpus = [d for d in runtime.inventory if not d.is_cpu]
     shape = ModelShape.yue2_3b() if gpus or ckpt.cfg.name == "yue2-3b" else ModelShape.tiny()
+    shape = shape.with_formats(*formats)
     tracks = [track_shape_of(job, ckpt, reference=shape.name != ckpt.cfg.name) for job in jobs]
     from .plan_commands import options_for
 
     batch = 1 if exact else PlanOptions().max_batch
-    options = options_for(runtime.profile, model=shape, max_batch=batch,
+    options = options_for(runtime.profile, model=shape, max_batch=batch, ar_formats=(formats[0],),
                           **({} if runtime.profile else {"cpu_threads": max(
                               (d.sm_count for d in runtime.inventory if d.is_cpu), default=2)}))
     return gpus or runtime.inventory, tracks, options
 
 
-def forecast(runtime: Runtime, jobs: list[TrackJob], ckpt, plan, exact: bool = False) -> float | None:
+def forecast(runtime: Runtime, jobs: list[TrackJob], ckpt, plan, exact: bool = False,
+             formats: tuple[str, str] = ("bf16", "bf16")) -> float | None:
     """The simulator's makespan for `plan` on these tracks (seconds), or None for a pinned plan."""
     if plan.method == "pinned":
         return None
     from cluster.simulate import SimOptions, simulate
 
-    cards, tracks, options = planning_inputs(runtime, jobs, ckpt, exact)
+    cards, tracks, options = planning_inputs(runtime, jobs, ckpt, exact, formats)
     return simulate(plan, cards, tracks, options, SimOptions(record_jobs=False)).makespan_s
 
 
-def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], exact: bool):
+def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], exact: bool,
+                formats: tuple[str, str] = ("bf16", "bf16")):
     """A plan from the user's STAGE=CARD pins (CARD: node/index, or the index when there is one node). Every stage
     must be pinned; stages on one card split it evenly."""
     from cluster.plans import Plan, Worker
@@ -87,7 +98,7 @@ def pinned_plan(runtime: Runtime, jobs: list[TrackJob], pins: tuple[str, ...], e
                 workers=workers, cards=(), stages=(), bottleneck=None, makespan_s=None, throughput_tracks_s=0.0,
                 one_track_s=None, unrunnable=(), refusals=(),
                 reasons=tuple(f"{w.stage} pinned to {w.card} ({w.model}) by --pin" for w in workers),
-                reserve_gib=0.0, shared_process=True)
+                reserve_gib=0.0, shared_process=True, ar_format=formats[0], kv_format=formats[1])
 
 
 def describe(plan) -> str:
@@ -138,7 +149,7 @@ def start_workers(plan, runtime: Runtime, paths, store_url: str, opts, jobs: lis
                           CardRef(d.node, d.name, d.uuid, d.virtual, d.is_cpu), opts.threads, rows,
                           None if opts.exact else capacity, opts.exact, name=f"{'+'.join(engines)}@{card}",
                           ar_checkpoint=str(opts.ar_checkpoint) if opts.ar_checkpoint else None,
-                          kv_cache=opts.kv_cache)
+                          kv_cache=opts.kv_cache, ar_format=opts.ar_format)
         actor = launch(spec)
         for w in planned:
             slots[f"{w.stage}@{w.card}"], specs[f"{w.stage}@{w.card}"] = actor, spec

@@ -46,6 +46,8 @@ class RenderOptions:
     log_level: str = "info"               # what render.log in the album folder keeps (farm/logs.py)
     ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
     kv_cache: str | None = None           # the AR engines' KV format (kv_cache.KV_FORMATS); None: the album's
+    ar_format: str | None = None          # the AR step's weights (quant.FORMATS); None: the album's, else the
+                                          # ar_checkpoint's format, else bf16
 
 
 @dataclass
@@ -68,7 +70,7 @@ def prepare(album_path: Path, opts: RenderOptions):
     from stages.weights import verify_checkpoint
 
     from .identity import checkpoint_identity
-    from .quantized import check_ar_checkpoint, check_kv_cache
+    from .quantized import check_ar_checkpoint, check_ar_format, check_kv_cache
 
     album = load_album(album_path)
     paths = resolve_model(opts.model or album.model or "tiny", opts.vae,
@@ -77,11 +79,14 @@ def prepare(album_path: Path, opts: RenderOptions):
     verify_checkpoint(paths.model_dir, paths.vae_dir, ckpt.cfg)
     # the flags win over the album's own AR options; the rest of the render reads them from opts
     opts = replace(opts, ar_checkpoint=opts.ar_checkpoint or album.ar_checkpoint,
-                   kv_cache=opts.kv_cache or album.kv_cache or "bf16")
+                   kv_cache=opts.kv_cache or album.kv_cache or "bf16",
+                   ar_format=opts.ar_format or album.ar_format)
     flag = "--ar-checkpoint" if opts.ar_checkpoint != album.ar_checkpoint else f"{album.path}: ar_checkpoint"
     ar_format = check_ar_checkpoint(opts.ar_checkpoint, ckpt.cfg, flag) if opts.ar_checkpoint else None
     check_kv_cache(opts.kv_cache)
-    identity = checkpoint_identity(paths, opts.ar_checkpoint, ar_format, opts.kv_cache)
+    asked = "--ar-format" if opts.ar_format != album.ar_format else f"{album.path}: ar_format"
+    opts = replace(opts, ar_format=check_ar_format(opts.ar_format, ar_format, asked))
+    identity = checkpoint_identity(paths, opts.ar_checkpoint, opts.ar_format, opts.kv_cache)
     jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
     check_options(opts)
     flag = "--out" if opts.out else "the default output folder"
@@ -143,12 +148,13 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
     print(runtime.describe(), flush=True)
     view = None
     try:
-        plan = deploy.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins)
+        formats = (opts.ar_format, opts.kv_cache)
+        plan = deploy.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins, formats=formats)
         if opts.ar_window is not None:
             plan = replace(plan, ar_window=opts.ar_window or None)
         print(deploy.describe(plan), flush=True)
         logs.log.info("%s", deploy.describe(plan))
-        predicted = deploy.forecast(runtime, todo, ckpt, plan, opts.exact) if todo else None
+        predicted = deploy.forecast(runtime, todo, ckpt, plan, opts.exact, formats) if todo else None
         if predicted is not None:
             print(f"simulated makespan of this plan: {predicted:,.1f} s", flush=True)
             logs.log.info("simulated makespan of this plan: %.1f s", predicted)

@@ -55,12 +55,14 @@ def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar
                         kv_cache: str = "bf16") -> dict:
     """The weights and numerics a render runs: the MoT and the VAE; and under "ar", what makes the plan and
     semantic stages differ from the MoT's own AR half in the model dtype — a quantised AR checkpoint (its format
-    and digest) and an FP8 KV cache. "ar" enters those stages' keys, so a render never mixes their outputs."""
+    and digest), or the MoT's AR weights in another format, and an FP8 KV cache. "ar" enters those stages' keys, so a render never mixes their outputs."""
     model, vae = dir_digest(paths.model_dir), dir_digest(paths.vae_dir)
     out = {"model": model, "vae": vae, "id": _digest({"model": model, "vae": vae})[:16]}
     ar = {}
     if ar_checkpoint is not None:
         ar.update(format=ar_format, weights=dir_digest(ar_checkpoint))
+    elif ar_format not in (None, "bf16"):      # the MoT's own AR weights, quantised when the engine loads
+        ar["format"] = ar_format
     if kv_cache != "bf16":
         ar["kv_cache"] = kv_cache
     if ar:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import socket
+from dataclasses import replace
 from pathlib import Path
 
 from cluster.calibration import calibration_dir, load_calibration, shipped_calibrations
@@ -53,24 +54,54 @@ def estimated_prompt_tokens(track) -> int:
     return 40 + round(len(track.style + track.lyrics) / 3.5)
 
 
+def format_options(album: Path | None, ar_format: str | None, kv_cache: str | None) -> dict:
+    """PlanOptions fields for the AR formats: `ar_format` "auto" lets the planner choose between bf16 and fp8
+    (advice: a render runs the format it is given); None takes the album's (else bf16); likewise the KV cache."""
+    from stages.kv_cache import KV_FORMATS
+    from stages.quant import FORMATS
+
+    spec = None
+    if album is not None and (ar_format is None or kv_cache is None):
+        from .album import load_album
+
+        spec = load_album(album)
+    ar_format = ar_format or (spec and spec.ar_format) or "bf16"
+    kv_cache = kv_cache or (spec and spec.kv_cache) or "bf16"
+    if ar_format != "auto" and ar_format not in FORMATS:
+        raise UserError(f"--ar-format: expected auto or one of {', '.join(FORMATS)}, got {ar_format!r}")
+    if kv_cache not in KV_FORMATS:
+        raise UserError(f"--kv-cache: expected one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")
+    return {"ar_formats": tuple(FORMATS) if ar_format == "auto" else (ar_format,),
+            "model": ModelShape.yue2_3b().with_formats(kv_format=kv_cache)}
+
+
 def plan_command(profile_path: Path | None, album: Path | None, tracks: int | None, seed: int, mean_seconds: float,
-                 as_json: bool) -> str:
+                 as_json: bool, ar_format: str | None = None, kv_cache: str | None = None) -> str:
     from cluster.placement import plan
 
     inventory, profile = inventory_for(profile_path)
-    result = plan(inventory, workload_for(album, tracks, seed, mean_seconds), options_for(profile))
+    options = options_for(profile, **format_options(album, ar_format, kv_cache))
+    try:
+        result = plan(inventory, workload_for(album, tracks, seed, mean_seconds), options)
+    except ValueError as exc:
+        raise UserError(f"{profile_path or 'this host'}: {exc}") from None
     return json.dumps(result.to_dict(), indent=2, default=str) if as_json else result.describe()
 
 
 def simulate_command(profile_path: Path | None, album: Path | None, tracks: int | None, seed: int,
-                     mean_seconds: float, as_json: bool) -> str:
+                     mean_seconds: float, as_json: bool, ar_format: str | None = None,
+                     kv_cache: str | None = None) -> str:
     from cluster.placement import plan
     from cluster.simulate import simulate
 
     inventory, profile = inventory_for(profile_path)
     workload = workload_for(album, tracks, seed, mean_seconds)
-    options = options_for(profile)
-    chosen = plan(inventory, workload, options)
+    options = options_for(profile, **format_options(album, ar_format, kv_cache))
+    try:
+        chosen = plan(inventory, workload, options)
+    except ValueError as exc:
+        raise UserError(f"{profile_path or 'this host'}: {exc}") from None
+    options = replace(options, model=options.model.with_formats(chosen.ar_format))
     if not chosen.runnable:
         raise UserError(f"the plan cannot run stage(s) {', '.join(chosen.unrunnable)}:\n{chosen.describe()}")
     result = simulate(chosen, inventory, workload, options)

@@ -1,5 +1,5 @@
 """`farm quantize`, and the checks of the quantised AR options a render or a song is given (--ar-checkpoint,
---kv-cache)."""
+--ar-format, --kv-cache)."""
 from __future__ import annotations
 
 from pathlib import Path
@@ -51,3 +51,17 @@ def check_kv_cache(kv_cache: str, flag: str = "--kv-cache") -> None:
 
     if kv_cache not in KV_FORMATS:
         raise UserError(f"{flag}: expected one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")
+
+
+def check_ar_format(asked: str | None, checkpoint_format: str | None, flag: str = "--ar-format") -> str:
+    """The AR weights' format a render or a song runs: the one asked for (bf16 unless asked), or the AR
+    checkpoint's; asking for another than the checkpoint holds is an error, not a silent choice."""
+    from stages.quant import FORMATS
+
+    if asked is not None and asked not in FORMATS:
+        raise UserError(f"{flag}: expected one of {', '.join(FORMATS)}, got {asked!r}")
+    if checkpoint_format is not None:
+        if asked not in (None, checkpoint_format):
+            raise UserError(f"{flag} {asked}: the AR checkpoint holds {checkpoint_format} weights")
+        return checkpoint_format
+    return asked or "bf16"

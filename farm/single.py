@@ -11,7 +11,7 @@ from . import artifacts, scores
 from .errors import UserError, read_user_text
 from .identity import checkpoint_identity, stage_keys
 from .models import resolve_model
-from .quantized import check_ar_checkpoint, check_kv_cache
+from .quantized import check_ar_checkpoint, check_ar_format, check_kv_cache
 from .store import open_store
 
 
@@ -32,6 +32,8 @@ class SongJob:
     decode_precision: str = "fp32"
     ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
     kv_cache: str = "bf16"                # the AR engine's KV format (stages/kv_cache.py KV_FORMATS)
+    ar_format: str | None = None          # the AR step's weights (stages/quant.py FORMATS); None: bf16, or the
+                                          # ar_checkpoint's
 
 
 def read_lyrics(path: Path) -> str:
@@ -82,13 +84,14 @@ def render_song_folder(job: SongJob) -> dict:
                                 decode_precision=job.decode_precision)
     validate(ckpt, request, settings)
     ar_format = check_ar_checkpoint(job.ar_checkpoint, ckpt.cfg) if job.ar_checkpoint else None
+    ar_format = check_ar_format(job.ar_format, ar_format)
     check_kv_cache(job.kv_cache)
     store = open_store(job.out)               # last: a probe write, once everything else is known to be right
     if not job.force and not store.is_empty():
         raise UserError(f"--out {job.out} is not empty; pass --force to overwrite it")
 
     engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), sampler=job.sampler,
-                          ar_checkpoint=job.ar_checkpoint, kv_cache=job.kv_cache)
+                          ar_checkpoint=job.ar_checkpoint, kv_cache=job.kv_cache, ar_format=ar_format)
     song = render_song(engines, request, settings)
     identity = checkpoint_identity(paths, job.ar_checkpoint, ar_format, job.kv_cache)
     record = artifacts.settings_record(

@@ -70,6 +70,7 @@ class WorkerSpec:
     name: str = ""
     ar_checkpoint: str | None = None   # AR: a quantised AR checkpoint instead of the MoT's AR half
     kv_cache: str = "bf16"             # AR: the KV cache's format
+    ar_format: str = "bf16"            # AR: the step's weights (the checkpoint's format when there is one)
 
 
 def stage_streams(torch) -> dict:
@@ -142,7 +143,7 @@ class CardWorker:
         if "ar" in spec.engines:
             from stages.ar import AREngine
 
-            ar_model, ar_format = model, "bf16"
+            ar_model, ar_format = model, spec.ar_format
             if spec.ar_checkpoint is not None:
                 from stages.ar_checkpoint import load_quantized_ar
 

@@ -10,6 +10,10 @@ import numpy as np
 import pytest
 import torch
 from safetensors.torch import load_file, save_file
+from typer.testing import CliRunner
+
+from farm.cli import app
+from farm.errors import UserError
 
 from stages import ar_checkpoint, quant
 from stages.ar import AREngine, ARRequest
@@ -124,3 +128,31 @@ def test_the_album_spec_can_name_the_ar_options_and_the_flags_win(fp8_dir, tiny_
                                                                 kv_cache="bf16"))
     assert opts.kv_cache == "bf16" and "kv_cache" not in plain["ar"]
     assert jobs[0].stage_keys["plan"] != jobs_bf16[0].stage_keys["plan"]
+    with pytest.raises(UserError, match="--ar-format bf16: the AR checkpoint holds fp8 weights"):
+        prepare(spec, RenderOptions(out=str(tmp_path / "c"), model=str(tiny_ckpt_dir), ar_format="bf16"))
+
+
+def test_ar_format_quantises_the_models_own_weights_and_enters_the_keys(tiny_ckpt_dir, tmp_path):
+    """`ar_format = "fp8"` without a checkpoint: the AR engines quantise the MoT's AR weights when they load; the
+    format enters the identity (and every stage key), and --ar-format overrides the album's."""
+    from farm.driver import RenderOptions, prepare
+
+    spec = tmp_path / "album.toml"
+    spec.write_text('title = "T"\nar_format = "fp8"\n[[tracks]]\ntitle = "One"\nlyrics = "la la"\nstyle = "pop"\n')
+    *_, identity, jobs, _, opts = prepare(spec, RenderOptions(out=str(tmp_path / "a"), model=str(tiny_ckpt_dir)))
+    assert opts.ar_format == "fp8" and identity["ar"] == {"format": "fp8"}
+    *_, plain, jobs_bf16, _, opts = prepare(spec, RenderOptions(out=str(tmp_path / "b"), model=str(tiny_ckpt_dir),
+                                                                ar_format="bf16"))
+    assert opts.ar_format == "bf16" and "ar" not in plain
+    assert all(jobs[0].stage_keys[s] != jobs_bf16[0].stage_keys[s] for s in jobs[0].stage_keys)
+
+
+def test_farm_song_with_fp8_ar_weights_says_so(tiny_ckpt_dir, tmp_path):
+    lyrics = tmp_path / "lyrics.txt"
+    lyrics.write_text("[verse]\nla la\n")
+    out = tmp_path / "song"
+    r = CliRunner().invoke(app, ["song", "--model", str(tiny_ckpt_dir), "--style", "pop", "--lyrics-file",
+                                 str(lyrics), "--out", str(out), "--max-semantic-tokens", "24", "--ar-format", "fp8"])
+    assert r.exit_code == 0, r.output
+    settings = json.loads((out / "settings.json").read_text())
+    assert settings["checkpoint"]["ar"] == {"format": "fp8"}

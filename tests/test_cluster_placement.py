@@ -237,3 +237,23 @@ def test_formats_change_the_bytes_the_models_count():
     assert round(group_bytes(bf16, "ar_step") / 1e9, 2) == 1.88 and round(group_bytes(fp8, "ar_step") / 1e9, 2) == 1.41
     with pytest.raises(ValueError, match="unknown AR weight format"):
         bf16.with_formats("nvfp4")
+
+
+def test_farm_plan_advises_a_format_and_takes_the_albums(tmp_path):
+    """`farm plan --ar-format auto` lets the planner pick for these cards; without the flag the album's ar_format
+    and kv_cache are planned for (a render runs the format it is given: the songs depend on it)."""
+    from typer.testing import CliRunner
+
+    from farm.cli import app
+
+    lab = str(CLUSTERS / "home-lab.toml")
+    auto = CliRunner().invoke(app, ["plan", "--cluster", lab, "--tracks", "12", "--ar-format", "auto"])
+    assert auto.exit_code == 0, auto.output
+    assert "AR weights fp8 on every AR card" in auto.output and "in bf16" in auto.output
+    spec = tmp_path / "a.toml"
+    spec.write_text('title = "T"\nar_format = "fp8"\nkv_cache = "fp8"\n[[tracks]]\ntitle = "One"\nlyrics = "la"\n'
+                    'style = "pop"\n')
+    given = CliRunner().invoke(app, ["plan", "--cluster", lab, "--album", str(spec), "--format", "json"])
+    assert given.exit_code == 0, given.output
+    data = json.loads(given.output)
+    assert data["ar_format"] == "fp8" and data["kv_format"] == "fp8"

@@ -72,7 +72,7 @@ def test_mastered_tracks_album_flac_cue_and_tags(rendered):
 
 
 def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1, ar_checkpoint=None,
-                     kv_cache: str = "bf16") -> dict:
+                     kv_cache: str = "bf16", ar_format: str = "bf16") -> dict:
     """Each track through the in-process sequential path, same seeds and settings, on `threads` torch threads:
     folder → file bytes."""
     import torch
@@ -82,7 +82,7 @@ def sequential_songs(album, tiny_ckpt_dir, sampler: str, threads: int = 1, ar_ch
     from stages.song import SongEngines, render_song
 
     ckpt = open_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
-    engines = SongEngines(ckpt, sampler=sampler, ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
+    engines = SongEngines(ckpt, sampler=sampler, ar_checkpoint=ar_checkpoint, kv_cache=kv_cache, ar_format=ar_format)
     out, saved = {}, torch.get_num_threads()
     torch.set_num_threads(threads)
     try:
@@ -197,6 +197,23 @@ def test_quantised_ar_weights_and_kv_cache_render_like_the_sequential_path(ray_c
         fp8, bf16 = (json.loads((root / folder / "settings.json").read_text()) for root in (out, rendered[0]))
         assert fp8["checkpoint"]["ar"]["format"] == fp8["checkpoint"]["ar"]["kv_cache"] == "fp8"
         assert "ar" not in bf16["checkpoint"]
+        assert all(fp8["stage_keys"][s] != bf16["stage_keys"][s] for s in fp8["stage_keys"]), folder
+
+
+def test_fp8_ar_format_renders_like_the_sequential_path(ray_cluster, album, tiny_ckpt_dir, rendered, tmp_path):
+    """--ar-format fp8 without a checkpoint: each AR worker quantises the MoT's AR weights when it loads; the songs
+    equal the sequential path's with the same format, the plan says which format ran, and no stage key is the BF16
+    render's."""
+    out = tmp_path / "fp8-on-load"
+    result = render_album(album, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), ar_format="fp8",
+                                               cluster=PROFILES / "ci.toml", progress=False))
+    assert not result.failures and result.plan.ar_format == "fp8"
+    assert all("weights=fp8 kv=bf16" in e.batch_shape for e in result.events if e.stage in ("plan", "semantic"))
+    for folder, files in sequential_songs(album, tiny_ckpt_dir, "fast", ar_format="fp8").items():
+        for name in FILES:
+            assert (out / folder / name).read_bytes() == files[name], (folder, name)
+        fp8, bf16 = (json.loads((root / folder / "settings.json").read_text()) for root in (out, rendered[0]))
+        assert fp8["checkpoint"]["ar"] == {"format": "fp8"}
         assert all(fp8["stage_keys"][s] != bf16["stage_keys"][s] for s in fp8["stage_keys"]), folder
 
 

@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from .common import EXIT_FAILED_TRACKS, DeviceOpt, KvOpt, ModelOpt, VaeOpt, app, fail, guarded, interruptible
+from .common import (EXIT_FAILED_TRACKS, ArFormatFlag, DeviceOpt, KvOpt, ModelOpt, VaeOpt, app, fail, guarded,
+                     interruptible)
 
 
 @app.command("init-checkpoint")
@@ -66,6 +67,7 @@ def song(
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages.")] = None,
     kv_cache: KvOpt = "bf16",
+    ar_format: ArFormatFlag = None,
 ) -> None:
     """Render one song with the sequential path (plan → semantic → acoustic → decode) into a song folder."""
     from ..single import SongJob, render_song_folder
@@ -73,7 +75,7 @@ def song(
     job = SongJob(model=model, vae=vae, style=style, lyrics_file=lyrics_file, out=out, seed=seed, cot=cot,
                   abc_file=abc_file, max_semantic_tokens=max_semantic_tokens, device=device, force=force,
                   sampler="exact" if exact else "fast", decode_precision=decode_precision,
-                  ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
+                  ar_checkpoint=ar_checkpoint, kv_cache=kv_cache, ar_format=ar_format)
     record = guarded(render_song_folder, job)
     t = record["timings"]
     line = ", ".join(f"{k} {v['seconds']:.2f}s" for k, v in t.items())
@@ -119,6 +121,7 @@ def render(
                                                        "the album's ar_checkpoint, if any).")] = None,
     kv_cache: Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache: bf16 or fp8 (default: the "
                                                  "album's kv_cache, else bf16).")] = None,
+    ar_format: ArFormatFlag = None,
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from ..driver import RenderOptions, render_album
@@ -126,7 +129,7 @@ def render(
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
                          stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level,
-                         ar_checkpoint=ar_checkpoint, kv_cache=kv_cache)
+                         ar_checkpoint=ar_checkpoint, kv_cache=kv_cache, ar_format=ar_format)
     result = interruptible(guarded, render_album, album, opts)
     done = sum(r["status"] == "done" for r in result.rows)
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "

@@ -39,6 +39,11 @@ KvOpt = Annotated[str, typer.Option("--kv-cache", help="The AR KV cache: bf16 (t
                                     "half the bytes a step reads; other songs).")]
 ArFormatOpt = Annotated[str, typer.Option("--format", "--ar-format", help="The AR step's weights: bf16 (the model's "
                                          "own) or fp8 (quantised per output channel when the engine starts).")]
+# farm song / render: the AR weights' format, or None for the album's (else bf16, or the AR checkpoint's)
+ArFormatFlag = Annotated[str | None, typer.Option("--ar-format", help="The AR step's weights: bf16 or fp8 (the "
+                                                  "model's own, quantised when the engines load; other songs). "
+                                                  "Default: the album's ar_format, else bf16, or the "
+                                                  "--ar-checkpoint's format.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 # `--json PATH` writes a report file (the benchmarks). --format is how `plan` and `simulate` print, and the AR weights'
 # format where weights are the subject (`farm quantize`, `farm bench ar|song`, as issue 10 names it).

@@ -25,6 +25,12 @@ TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded 
                                               min=1)]
 ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); default: this "
                                                       "host's GPUs.")]
+PlanArFormatOpt = Annotated[str | None, typer.Option("--ar-format", help="The AR weights to plan for: bf16, fp8, or "
+                                                     "auto (the planner picks the faster for these cards; a render "
+                                                     "runs the one it is given). Default: the album's ar_format, "
+                                                     "else bf16.")]
+PlanKvOpt = Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache to plan for: bf16 or fp8 "
+                                               "(default: the album's kv_cache, else bf16).")]
 
 
 @app.command()
@@ -35,11 +41,14 @@ def plan(
     seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
     mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
     output: OutputOpt = "table",
+    ar_format: PlanArFormatOpt = None,
+    kv_cache: PlanKvOpt = None,
 ) -> None:
     """Which stage runs on which card, how many replicas and batches, the bottleneck and the ETA — with reasons."""
     from ..plan_commands import plan_command
 
-    typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, _as_json(output)))
+    typer.echo(guarded(plan_command, cluster, album, tracks, seed, mean_seconds, _as_json(output), ar_format,
+                       kv_cache))
 
 
 @app.command()
@@ -50,11 +59,14 @@ def simulate(
     seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
     mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
     output: OutputOpt = "table",
+    ar_format: PlanArFormatOpt = None,
+    kv_cache: PlanKvOpt = None,
 ) -> None:
     """Run the planner's plan through a discrete-event simulation of the farm's dispatch: makespan, use, queues."""
     from ..plan_commands import simulate_command
 
-    typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, _as_json(output)))
+    typer.echo(guarded(simulate_command, cluster, album, tracks, seed, mean_seconds, _as_json(output), ar_format,
+                       kv_cache))
 
 
 @app.command()
