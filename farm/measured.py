@@ -55,6 +55,19 @@ def song_figures(report: dict) -> dict[str, float]:
             "decode_tf32_mean_abs": tf32.get("mean_abs"), "decode_tf32_max_abs": tf32.get("max_abs")}
 
 
+def quality_figures(report: dict) -> dict[str, float]:
+    """quality_<phase>_tv_<variant> and quality_<phase>_top1_<variant>: each format against the BF16 engine
+    (variant: floor = the same weights through the plain forward, fp8, kvfp8, fp8_kvfp8)."""
+    names = {"bf16 (other path)": "floor", "fp8 weights": "fp8", "fp8 KV cache": "kvfp8",
+             "fp8 weights + KV": "fp8_kvfp8"}
+    out = {}
+    for row in report["rows"]:
+        name = names[row["variant"]]
+        out[f"quality_{row['phase']}_tv_{name}"] = row["mean_tv"]
+        out[f"quality_{row['phase']}_top1_{name}"] = row["top1_agreement"]
+    return out
+
+
 def acoustic_figures(report: dict) -> dict[str, float]:
     """The acoustic engine's time per velocity evaluation and its share of the measured matrix-multiply rate."""
     return {"acoustic_eval_ms": report["eval_ms"]["engine"], "acoustic_mfu": report["mfu"]["engine"]}

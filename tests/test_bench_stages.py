@@ -71,3 +71,21 @@ def test_bench_acoustic_times_both_paths_and_writes_its_keys(tiny_ckpt_dir, tmp_
     assert keys["acoustic_mfu"]["value"] == round(data["mfu"]["engine"], 4)
     assert keys["acoustic_eval_ms"]["value"] == round(data["eval_ms"]["engine"], 4)
     assert data["numerics"]["engine"]["mean_abs"] < 1e-5        # FP32 on the CPU: the same path as the FP32 run
+
+
+def test_bench_quality_compares_every_format_with_the_bf16_engine(tiny_ckpt_dir, tmp_path):
+    """Each variant × phase against the BF16 engine on its own samples: on the CPU the tiny model runs in FP32, so
+    the plain forward matches it to rounding, and FP8 weights or an FP8 cache move the distributions visibly."""
+    report, summary = tmp_path / "quality.json", tmp_path / "summary.json"
+    r = CliRunner().invoke(app, ["bench", "quality", "--model", str(tiny_ckpt_dir), "--device", "cpu",
+                                 "--plan-tokens", "24", "--semantic-tokens", "40", "--json", str(report),
+                                 "--summary", str(summary)])
+    assert r.exit_code == 0, r.output
+    rows = {(row["variant"], row["phase"]): row for row in json.loads(report.read_text())["rows"]}
+    assert len(rows) == 8 and {p for _, p in rows} == {"plan", "semantic"}
+    assert all(rows[("bf16 (other path)", p)]["mean_tv"] < 1e-4 for p in ("plan", "semantic"))
+    assert all(rows[(v, p)]["mean_tv"] > 1e-4 for v in ("fp8 weights", "fp8 KV cache") for p in ("plan", "semantic"))
+    assert rows[("fp8 weights", "plan")]["positions"] == 24 and rows[("fp8 weights", "semantic")]["positions"] == 40
+    keys = json.loads(summary.read_text())
+    assert keys["quality_semantic_tv_fp8"]["value"] == round(rows[("fp8 weights", "semantic")]["mean_tv"], 4)
+    assert "RANDOM weights" in r.output and "3.8%" in r.output

@@ -92,6 +92,28 @@ def bench_ar(
         update_summary(summary, ar_figures(report), report["environment"])
 
 
+@bench_app.command("quality")
+def bench_quality(
+    model: ModelOpt = "tiny",
+    vae: VaeOpt = None,
+    device: DeviceOpt = "auto",
+    plan_tokens: Annotated[int, typer.Option(help="Plan ids the BF16 engine samples (forced length).")] = 512,
+    semantic_tokens: Annotated[int, typer.Option(help="Semantic ids it samples (forced length).")] = 1024,
+    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
+    = None,
+) -> None:
+    """Each AR format against the BF16 engine, teacher-forced on its own samples: top-1, NLL and TV per phase."""
+    from ..bench.quality import run_quality_bench
+
+    report = guarded(run_quality_bench, model=model, vae=vae, device=device, plan_tokens=plan_tokens,
+                     semantic_tokens=semantic_tokens, json_out=json_out)
+    if summary:
+        from ..measured import quality_figures, update_summary
+
+        update_summary(summary, quality_figures(report), report["environment"])
+
+
 @bench_app.command("model-check")
 def bench_model_check(
     album_json: Annotated[Path, typer.Argument(help="A `farm bench album --json` report.")],
