@@ -86,7 +86,8 @@ def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibratio
 def step_seconds(speed: CardSpeed, kv_bytes: float, flop: float, tracks: float = 1) -> float:
     """One AR decode step for a batch of `tracks` whose members read `kv_bytes` of KV and need `flop` in total."""
     return (speed.step_fixed_s + tracks * speed.step_per_track_s
-            + max((speed.weight_bytes + kv_bytes * speed.kv_byte_cost) * speed.s_per_byte, flop * speed.s_per_step_flop))
+            + max((speed.weight_bytes + kv_bytes * speed.kv_byte_cost) * speed.s_per_byte,
+                  flop * speed.s_per_step_flop))
 
 
 def stall_seconds(speed: CardSpeed, work: Work) -> float:

@@ -22,6 +22,7 @@ from collections import Counter
 from dataclasses import replace
 
 from .estimate import Assignment, Estimate, Evaluator
+from .formats import choose_format
 from .gpus import GpuDevice
 from .lp import maximize
 from .plans import CardUse, Plan, Refusal, StageSummary, Worker
@@ -29,7 +30,6 @@ from .roles import CardClass, PlanOptions, build_classes, inventory_or_cpu, rela
 from .workload import AR_STAGES, STAGES, TrackShape, check_track
 
 MAKESPAN_STEP = math.log(1.005)  # makespans within the same 0.5 % step count as equal; then fewer workers win
-FORMAT_GAIN = 0.05               # a quantised AR format must shorten the makespan by this much to be chosen
 WINDOW_FRACTIONS = (1 / 6, 1 / 4, 1 / 3, 1 / 2, 2 / 3)   # AR windows tried, as fractions of the AR slots
 WINDOW_GAIN = 0.01               # a window must beat no window by this much in the simulator to be kept
 WINDOW_SIM_TRACKS = 256          # albums beyond this many tracks keep no window (one simulation per candidate)
@@ -66,39 +66,17 @@ class _Problem:
 def plan(inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions | None = None) -> Plan:
     """Place the four stages on the inventory's cards for this workload (see the module docstring), for each AR
     weight format the options allow; the first allowed format wins unless another is FORMAT_GAIN faster. The
-    format is one for the whole album, so a track's song never depends on which card drew its tokens."""
+    format is one for the whole album, so a track's song never depends on which card drew its tokens
+    (formats.py)."""
     options = options or PlanOptions()
     allowed = [f for f in options.ar_formats if f not in options.forbidden_formats]
     if not allowed:
         raise ValueError(f"AR weights: the album allows {', '.join(options.ar_formats)} and the cluster profile "
                          f"forbids {', '.join(options.forbidden_formats)}: no format is left")
-    plans = {f: _plan_format(inventory, workload, replace(options, model=options.model.with_formats(f))) for f in allowed}
-    chosen = allowed[0]
-    for fmt in allowed[1:]:
-        if _faster(plans[fmt], plans[chosen]):
-            chosen = fmt
-    return replace(plans[chosen], reasons=plans[chosen].reasons + (_format_reason(plans, chosen, allowed, options),))
-
-
-def _faster(candidate: Plan, incumbent: Plan) -> bool:
-    if not candidate.runnable:
-        return False
-    return not incumbent.runnable or candidate.makespan_s < incumbent.makespan_s * (1 - FORMAT_GAIN)
-
-
-def _format_reason(plans: dict, chosen: str, allowed: list, options: PlanOptions) -> str:
-    def span(f):
-        return f"{plans[f].makespan_s:,.1f} s" if plans[f].runnable else "cannot run"
-
-    text = f"AR weights {chosen} on every AR card (KV cache {options.model.kv_format})"
-    others = [f for f in allowed if f != chosen]
-    if others:
-        text += f": makespan {span(chosen)} against " + ", ".join(f"{span(f)} in {f}" for f in others)
-        text += (f" (another format must be {FORMAT_GAIN:.0%} faster to replace {allowed[0]}, the model's own "
-                 f"numerics)" if chosen == allowed[0] else "")
-    if options.forbidden_formats:
-        text += f"; the cluster profile forbids {', '.join(options.forbidden_formats)}"
-    return text
+    plans = {f: _plan_format(inventory, workload, replace(options, model=options.model.with_formats(f)))
+             for f in allowed}
+    chosen, reason = choose_format(plans, allowed, options)
+    return replace(plans[chosen], reasons=plans[chosen].reasons + (reason,))
 
 
 def _plan_format(inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions) -> Plan:

@@ -55,7 +55,8 @@ def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar
                         kv_cache: str = "bf16") -> dict:
     """The weights and numerics a render runs: the MoT and the VAE; and under "ar", what makes the plan and
     semantic stages differ from the MoT's own AR half in the model dtype — a quantised AR checkpoint (its format
-    and digest), or the MoT's AR weights in another format, and an FP8 KV cache. "ar" enters those stages' keys, so a render never mixes their outputs."""
+    and digest), or the MoT's AR weights in another format, and an FP8 KV cache. "ar" enters those stages' keys,
+    so a render never mixes their outputs."""
     model, vae = dir_digest(paths.model_dir), dir_digest(paths.vae_dir)
     out = {"model": model, "vae": vae, "id": _digest({"model": model, "vae": vae})[:16]}
     ar = {}
