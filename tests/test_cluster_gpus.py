@@ -64,7 +64,9 @@ def test_catalogue_covers_the_brief_and_names_resolve_to_themselves():
         assert lookup(spec.model) is spec
         assert all(lookup(alias) is spec for alias in spec.aliases)
         assert spec.source and spec.bf16 and spec.bf16_tflops > spec.fp32_tflops > 0
-        assert spec.fp8 == (spec.compute_capability >= (8, 9))
+    # FP8 tensor cores, by the vendors' datasheets (Ada, Hopper, Blackwell), not by the catalogue's own rule
+    assert {s.model for s in CATALOGUE if s.fp8} == {"RTX 4090", "RTX 5060 Ti", "RTX 5090", "RTX PRO 6000 Blackwell",
+                                                     "L4", "L40S", "H100 SXM", "H200", "DGX Spark"}
 
 
 @pytest.mark.parametrize("model", ["RTX 3090", "RTX 4090", "RTX 5090", "RTX 5060 Ti", "RTX 3060", "A100 80GB"])
@@ -78,11 +80,21 @@ def test_catalogue_rates_agree_with_per_sm_figures(model):
 
 
 def test_h200_nvml_facts_give_its_bandwidth_and_sm_count():
-    """docs/model.md §12: 6016-bit bus at 3201 MHz = 4.81 TB/s; 16,896 cores / 128 per SM = 132 SMs."""
-    bandwidth = 6016 / 8 * 3201 * 1e6 * 2
-    assert bandwidth == pytest.approx(4.81e12, rel=1e-3)
-    assert 16896 // SM_RATES[(9, 0)].cores_per_sm == 132
-    dev = GpuDevice("n", 0, "GPU-x", "NVIDIA H200", 150_754_820_096, bandwidth, 132, 1980, (9, 0), True, True)
+    """docs/model.md §12: what NVML says of an H200 (6016-bit bus at 3201 MHz, 16,896 cores) becomes a card of
+    4.81 TB/s and 132 SMs through the probe itself (a stand-in for the NVML module, the probe's real code)."""
+    from types import SimpleNamespace
+
+    from cluster.gpus import _probe_one
+
+    nvml = SimpleNamespace(
+        NVML_CLOCK_MEM="mem", NVML_CLOCK_SM="sm", nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetName=lambda h: "NVIDIA H200", nvmlDeviceGetCudaComputeCapability=lambda h: (9, 0),
+        nvmlDeviceGetMemoryBusWidth=lambda h: 6016, nvmlDeviceGetNumGpuCores=lambda h: 16896,
+        nvmlDeviceGetMaxClockInfo=lambda h, kind: {"mem": 3201, "sm": 1980}[kind],
+        nvmlDeviceGetUUID=lambda h: "GPU-x", nvmlDeviceGetMemoryInfo=lambda h: SimpleNamespace(total=150_754_820_096))
+    dev = _probe_one(nvml, "n", 0)
+    assert dev.bandwidth_bytes_s == pytest.approx(4.81e12, rel=1e-3) and dev.sm_count == 132
+    assert dev.bf16 and dev.fp8 and dev.sm_clock_mhz == 1980
     spec = dev.spec()
     assert spec.model == "H200" and spec.bf16_tflops == 989.4
     assert spec.vram_gib == pytest.approx(140.4, abs=0.05) and spec.bandwidth_gbs == pytest.approx(4813.5, rel=1e-3)

@@ -203,7 +203,6 @@ def check_conservation(p, result, workload):
 def test_simulation_conserves_tracks_stages_and_card_time(name, tracks, sharing):
     p, result, workload = profile_run(name, tracks, sharing)
     check_conservation(p, result, workload)
-    assert result.predicted_s == p.makespan_s
 
 
 def test_simulation_of_the_cpu_fallback():
