@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from .common import ArFormatOpt, DeviceOpt, KvOpt, ModelOpt, VaeOpt, bench_app, fail, guarded
+from .common import (ArFormatOpt, DeviceOpt, JsonOutOpt, KvOpt, ModelOpt, SummaryOpt, VaeOpt, bench_app, fail,
+                     guarded)
 
 
 @bench_app.command("song")
@@ -17,11 +18,10 @@ def bench_song(
     semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length (reference track: 5371).")] = 5371,
     device: DeviceOpt = "auto",
     repeats: Annotated[int, typer.Option(help="Timed runs; the table shows medians.")] = 1,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the rows as JSON here.")] = None,
+    json_out: JsonOutOpt = None,
     calibrate: Annotated[Path | None, typer.Option(help="Also fit and write a calibration file from this run.")]
     = None,
-    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
-    = None,
+    summary: SummaryOpt = None,
     weight_format: ArFormatOpt = "bf16",
 ) -> None:
     """One reference-length track through all four stages in one process: per-stage time, rate and peak memory."""
@@ -49,9 +49,8 @@ def bench_acoustic(
     prefix_tokens: Annotated[int, typer.Option(help="AR prefix of the chunk (reference track: 5000).")] = 5000,
     frames: Annotated[int, typer.Option(help="Latent frames of the chunk (reference track: 5371).")] = 5371,
     evals: Annotated[int, typer.Option(help="Timed velocity evaluations per path.")] = 4,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
-    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
-    = None,
+    json_out: JsonOutOpt = None,
+    summary: SummaryOpt = None,
 ) -> None:
     """One acoustic chunk: ms per velocity evaluation on the engine's and the plain path, share of the measured
     matrix-multiply rate, and each path's latents against an FP32 run."""
@@ -75,9 +74,8 @@ def bench_ar(
     numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
     weight_format: ArFormatOpt = "bf16",
     kv_cache: KvOpt = "bf16",
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
-    summary: Annotated[Path | None, typer.Option(help="Update these headline keys (docs/measured/summary.json).")]
-    = None,
+    json_out: JsonOutOpt = None,
+    summary: SummaryOpt = None,
 ) -> None:
     """The AR step against its memory-bandwidth floor at 1…32 rows, batch invariance, kernel and numerics checks."""
     from ..bench.ar import ROWS, run_ar_bench
@@ -99,9 +97,8 @@ def bench_quality(
     device: DeviceOpt = "auto",
     plan_tokens: Annotated[int, typer.Option(help="Plan ids the BF16 engine samples (forced length).")] = 512,
     semantic_tokens: Annotated[int, typer.Option(help="Semantic ids it samples (forced length).")] = 1024,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
-    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
-    = None,
+    json_out: JsonOutOpt = None,
+    summary: SummaryOpt = None,
 ) -> None:
     """Each AR format against the BF16 engine, teacher-forced on its own samples: top-1, NLL and TV per phase."""
     from ..bench.quality import run_quality_bench
@@ -142,11 +139,10 @@ def bench_album(
                                                        "staggered tracks faster).", min=0)] = None,
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
-    json_out: Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")] = None,
+    json_out: JsonOutOpt = None,
     gantt: Annotated[Path | None, typer.Option(help="Also write the album's Gantt chart (PNG) here.")] = None,
     kv_cache: KvOpt = "bf16",
-    summary: Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
-    = None,
+    summary: SummaryOpt = None,
 ) -> None:
     """An album of forced-length tracks through the farm, and through the sequential path in the same run."""
     from ..bench.album import run_album_bench

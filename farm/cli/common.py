@@ -2,6 +2,7 @@
 command (one line, its exit code)."""
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -45,6 +46,9 @@ ArFormatFlag = Annotated[str | None, typer.Option("--ar-format", help="The AR st
                                                   "Default: the album's ar_format, else bf16, or the "
                                                   "--ar-checkpoint's format.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+# the benchmarks' report file and the headline keys they update
+JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")]
+SummaryOpt = Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
 # `--json PATH` writes a report file (the benchmarks). --format is how `plan` and `simulate` print, and the AR weights'
 # format where weights are the subject (`farm quantize`, `farm bench ar|song`, as issue 10 names it).
 OutputOpt = Annotated[str, typer.Option("--format", help="How to print it: table or json.")]

@@ -25,6 +25,8 @@ TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded 
                                               min=1)]
 ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); default: this "
                                                       "host's GPUs.")]
+SeedOpt = Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")]
+MeanSecondsOpt = Annotated[float, typer.Option(help="Mean song length for --tracks.")]
 PlanArFormatOpt = Annotated[str | None, typer.Option("--ar-format", help="The AR weights to plan for: bf16, fp8, or "
                                                      "auto (the planner picks the faster for these cards; a render "
                                                      "runs the one it is given). Default: the album's ar_format, "
@@ -38,8 +40,8 @@ def plan(
     cluster: ClusterOpt = None,
     album: AlbumOpt = None,
     tracks: TracksOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
-    mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
+    seed: SeedOpt = 0,
+    mean_seconds: MeanSecondsOpt = 214.85,
     output: OutputOpt = "table",
     ar_format: PlanArFormatOpt = None,
     kv_cache: PlanKvOpt = None,
@@ -56,8 +58,8 @@ def simulate(
     cluster: ClusterOpt = None,
     album: AlbumOpt = None,
     tracks: TracksOpt = None,
-    seed: Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")] = 0,
-    mean_seconds: Annotated[float, typer.Option(help="Mean song length for --tracks.")] = 214.85,
+    seed: SeedOpt = 0,
+    mean_seconds: MeanSecondsOpt = 214.85,
     output: OutputOpt = "table",
     ar_format: PlanArFormatOpt = None,
     kv_cache: PlanKvOpt = None,
