@@ -157,9 +157,12 @@ def sequential_times(paths, spec: Path, kv_cache: str = "bf16") -> dict:
     warm = album.tracks[0]
     render_song(engines, track_request(warm), default_settings(ckpt.cfg, plan_tokens=32, semantic_tokens=64))
     per_track, start = [], time.perf_counter()
-    for track in album.tracks:
+    for n, track in enumerate(album.tracks, start=1):
         song = render_song(engines, track_request(track), track_settings(track, ckpt.cfg), key=track.folder)
         per_track.append({s: t.seconds for s, t in song.timings.items()})
+        # a line per track: a run cut short still shows how far the sequential path got and at what pace
+        print(f"sequential path: track {n}/{len(album.tracks)} done, {time.perf_counter() - start:.2f} s so far",
+              flush=True)
     if device.startswith("cuda"):
         torch.cuda.synchronize()
     return {"device": device, "wall_s": time.perf_counter() - start, "per_track": per_track}
