@@ -141,6 +141,8 @@ def stage_timing(speed: CardSpeed, load: StageLoad, batch: int) -> StageTiming:
     stall = load.flop / n * speed.s_per_flop + speed.job_overhead_s        # per track, mean
     if load.stage not in AR_STAGES:
         return StageTiming(stall, job_seconds(speed, load.first))
+    if not load.tokens:    # no track makes tokens here (every score given, or cot off): (nearly) free, and never
+        return StageTiming(max(stall, 1e-6), 0.0)      # zero: the planner divides by a stage's card time
     # A step = a fixed part (overhead + one read of the weights, shared by the batch) + a part per track (its KV).
     fixed = step_seconds(speed, 0.0, 0.0, 0)
     per_track = (step_seconds(speed, batch * load.kv_tokens / load.tokens, batch * load.flop_tokens / load.tokens,

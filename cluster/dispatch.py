@@ -60,6 +60,8 @@ class DispatchState:
     retired: set[str] = field(default_factory=set)              # workers that take no more work
     ar_window: int | None = None                                # most tracks inside the AR stages at once
     in_ar: set[int] = field(default_factory=set)                # tracks admitted to the AR stages, not yet out
+    last: dict[int, int] = field(default_factory=dict)          # track -> index of the stage it stops after
+                                                                # (absent: it runs through the last stage)
 
 
 def workers_from_plan(plan, min_share: float = 0.01) -> list[WorkerSlot]:
@@ -142,6 +144,8 @@ def finish(state: DispatchState, worker_id: str, track: int) -> str | None:
         raise ValueError(f"{worker_id} is not running track {track}")
     _reload(state, worker, lambda: running.discard(track))
     nxt = state.stage_index[track] + 1
+    if nxt > state.last.get(track, len(STAGES) - 1):
+        nxt = len(STAGES)                        # held: done for this run (its next stages wait for a person)
     state.stage_index[track] = nxt
     if nxt == len(STAGES) or STAGES[nxt] not in AR_STAGES:
         state.in_ar.discard(track)
@@ -191,6 +195,11 @@ def add_worker(state: DispatchState, worker: WorkerSlot) -> None:
 def can_run(state: DispatchState, stage: str) -> bool:
     """Is any worker of `stage` still taking work?"""
     return any(w.stage == stage and w.id not in state.retired for w in state.workers.values())
+
+
+def stop_after(state: DispatchState, track: int, stage: str) -> None:
+    """`track` ends this run after `stage` (the album waits for a person to choose its score)."""
+    state.last[track] = STAGES.index(stage)
 
 
 def start_at(state: DispatchState, track: int, stage: str) -> None:

@@ -10,6 +10,8 @@ from collections import defaultdict
 
 from cluster.workload import FRAMES_PER_SECOND, STAGES
 from cluster.workload import STAGE_UNITS as UNITS
+
+from .takes import AWAITING
 WINDOW_S = 10.0               # sliding window of the "now" rates
 
 
@@ -171,11 +173,12 @@ def eta_seconds(stages: list[dict], tracks: list[dict]) -> float | None:
     """Time until the album is done if every stage keeps its observed pace: for each stage, its remaining tracks at
     its pace so far, plus one track's time through the stages after it; the largest of these. None until every
     stage that still has work has finished at least one call."""
-    if all(t["status"] in ("done", "failed") for t in tracks):
+    resting = ("done", "failed", AWAITING)
+    if all(t["status"] in resting for t in tracks):
         return 0.0
     eta = 0.0
     for i, s in enumerate(stages):
-        remaining = sum(1 for t in tracks if t["status"] not in ("done", "failed") and s["stage"] in t["needs"]
+        remaining = sum(1 for t in tracks if t["status"] not in resting and s["stage"] in t["needs"]
                         and s["stage"] not in t["stages"])
         if not remaining:
             continue

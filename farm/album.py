@@ -14,6 +14,9 @@ true_peak = -1.0                         # ceiling in dBTP (4x oversampled)
 style = "lo-fi pop, warm piano"
 cot = "full"
 seed = 831001                            # a track without its own seed gets defaults.seed + (number − 1)
+plans = 3                                # optional: candidate scores the plan stage writes (1–16; default 1)
+choose = "length"                        # which candidate goes on: "first" (default) or "length" (closest to
+target_seconds = 180.0                   #   target_seconds by the score's own tempo); `farm approve` overrides
 [defaults.sampling.semantic]
 temperature = 0.95
 [[tracks]]
@@ -37,14 +40,17 @@ from stages.vae import PRECISIONS
 
 from .errors import UserError, read_user_text
 from .mastering import MasterSpec
+from .scores import CHOOSE_RULES, check_abc
 
 TRACK_KEYS = {"title", "style", "lyrics", "lyrics_file", "cot", "seed", "guidance", "abc", "abc_file",
-              "max_semantic_tokens", "sampling", "decode_precision"}
+              "max_semantic_tokens", "sampling", "decode_precision", "plans", "choose", "target_seconds"}
 DEFAULT_KEYS = TRACK_KEYS - {"title", "lyrics", "lyrics_file", "abc", "abc_file"}
 SAMPLING_KEYS = {"temperature": float, "top_p": float, "top_k": int, "repetition_penalty": float,
                  "penalty_window": int, "min_tokens": int, "max_tokens": int}
 TYPES = {"title": str, "style": str, "lyrics": str, "lyrics_file": str, "cot": str, "seed": int, "guidance": float,
-         "abc": str, "abc_file": str, "max_semantic_tokens": int, "sampling": dict, "decode_precision": str}
+         "abc": str, "abc_file": str, "max_semantic_tokens": int, "sampling": dict, "decode_precision": str,
+         "plans": int, "choose": str, "target_seconds": float}
+MAX_PLANS = 16
 
 
 class AlbumError(UserError):
@@ -68,6 +74,9 @@ class TrackSpec:
     max_semantic_tokens: int | None = None
     sampling: dict = field(default_factory=dict)   # {"plan": {...}, "semantic": {...}} overrides
     decode_precision: str = "fp32"                 # "tf32": the faster VAE mode (stages.vae.PRECISIONS)
+    plans: int = 1                                 # candidate scores the plan stage writes (best of N)
+    choose: str = "first"                          # the rule that picks the one that goes on (scores.CHOOSE_RULES)
+    target_seconds: float | None = None            # the "length" rule's target
 
     @property
     def label(self) -> str:
@@ -225,6 +234,12 @@ def _check_fields(table: dict, allowed: set[str], where: str, problems: list[str
         problems.append(f"{where}: seed: must be in [0, 2**63)")
     if isinstance(table.get("max_semantic_tokens"), int) and table["max_semantic_tokens"] < 1:
         problems.append(f"{where}: max_semantic_tokens: must be >= 1")
+    if isinstance(table.get("plans"), int) and not 1 <= table["plans"] <= MAX_PLANS:
+        problems.append(f"{where}: plans: must be in [1, {MAX_PLANS}], got {table['plans']}")
+    if isinstance(table.get("choose"), str) and table["choose"] not in CHOOSE_RULES:
+        problems.append(f"{where}: choose: must be one of {', '.join(CHOOSE_RULES)}, got {table['choose']!r}")
+    if isinstance(table.get("target_seconds"), (int, float)) and not table["target_seconds"] > 0:
+        problems.append(f"{where}: target_seconds: must be > 0")
 
 
 def _check_sampling(sampling: dict, where: str, problems: list[str]) -> None:
@@ -266,6 +281,13 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
     cot = merged.get("cot", "full")
     if (abc is not None or abc_ids is not None) and cot == "off":
         problems.append(f"{where}: abc: a given score needs cot full or melody")
+    if abc is not None:
+        try:
+            check_abc(abc, f"{where}: {'abc' if 'abc' in raw else 'abc_file'}")
+        except UserError as exc:
+            problems.append(str(exc))
+    if merged.get("choose") == "length" and "target_seconds" not in merged:
+        problems.append(f'{where}: target_seconds: required by choose = "length" (here or in [defaults])')
     if len(problems) > before or not isinstance(merged.get("seed", DEFAULT_SEED), int):
         return None                  # (a bad [defaults] value is reported once, with the defaults)
     seed = merged.get("seed", DEFAULT_SEED) + (0 if "seed" in raw else number - 1)
@@ -274,7 +296,9 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
     return TrackSpec(number=number, title=title.strip(), folder=track_folder(number, title.strip()), style=style,
                      lyrics=lyrics, cot=cot, seed=seed, guidance=merged.get("guidance"), abc=abc, abc_ids=abc_ids,
                      max_semantic_tokens=merged.get("max_semantic_tokens"), sampling=sampling,
-                     decode_precision=merged.get("decode_precision", "fp32"))
+                     decode_precision=merged.get("decode_precision", "fp32"), plans=merged.get("plans", 1),
+                     choose=merged.get("choose", "first"),
+                     target_seconds=float(merged["target_seconds"]) if "target_seconds" in merged else None)
 
 
 def _text_field(raw: dict, inline: str, file_key: str, spec_path: Path, where: str, problems: list[str],

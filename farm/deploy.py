@@ -117,7 +117,7 @@ def track_shape_of(job: TrackJob, ckpt, reference: bool) -> TrackShape:
     if reference:
         return TrackShape.reference()
     prompt = len(plan_prefix(job.request, ckpt.tokenizer, ckpt.cfg.tokens))
-    return track_shape(job.request, job.settings, job.title, prompt)
+    return track_shape(job.request, job.settings, job.title, prompt, job.candidates.count)
 
 
 def ar_geometry(jobs: list[TrackJob], ckpt) -> tuple[int, int]:

@@ -13,10 +13,10 @@ import time
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from . import eventlog, logs, recovery, trackstore
-from .album import load_album
+from . import albumrecord, eventlog, logs, recovery, takes, trackstore
+from .album import AlbumSpec, load_album
 from .errors import UserError
-from .jobs import StageEvent, album_jobs
+from .jobs import StageEvent, album_jobs, track_has_plan_stage
 from .models import resolve_model
 from .pipeline import FAILURES, Pipeline
 from .store import RenderLock, open_store
@@ -48,6 +48,8 @@ class RenderOptions:
     kv_cache: str | None = None           # the AR engines' KV format (kv_cache.KV_FORMATS); None: the album's
     ar_format: str | None = None          # the AR step's weights (quant.FORMATS); None: the album's, else the
                                           # ar_checkpoint's format, else bf16
+    approve: bool = False                 # stop each track after its plan stage: a person picks the score
+    only: frozenset[str] | None = None    # render these track folders only (`farm rerender`); None: all
 
 
 @dataclass
@@ -63,16 +65,18 @@ class RenderResult:
     forecast_s: float | None = None    # the simulator's makespan for the plan, before the render started
 
 
-def prepare(album_path: Path, opts: RenderOptions):
+def prepare(album_path: Path | AlbumSpec, opts: RenderOptions, choose: tuple[str, dict] | None = None):
     """Everything that can fail on bad input, before Ray starts or anything is written: the spec, the checkpoint
-    (headers), every track against it, the profile, the flags, and last the output location (a probe write)."""
+    (headers), every track against it with the score chosen for it (the folder's take.json files, and `choose`:
+    a new choice for one track, takes.choice), the profile, the flags, and the output location (a probe write).
+    `album_path`: a spec file, or an album already read (an album folder's own record, for `farm rerender`)."""
     from stages.requests import open_checkpoint
     from stages.weights import verify_checkpoint
 
     from .identity import checkpoint_identity
     from .quantized import check_ar_checkpoint, check_ar_format, check_kv_cache
 
-    album = load_album(album_path)
+    album = album_path if isinstance(album_path, AlbumSpec) else load_album(album_path)
     paths = resolve_model(opts.model or album.model or "tiny", opts.vae,
                           flag="--model" if opts.model else f"{album.path}: model")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
@@ -87,13 +91,17 @@ def prepare(album_path: Path, opts: RenderOptions):
     asked = "--ar-format" if opts.ar_format != album.ar_format else f"{album.path}: ar_format"
     opts = replace(opts, ar_format=check_ar_format(opts.ar_format, ar_format, asked))
     identity = checkpoint_identity(paths, opts.ar_checkpoint, opts.ar_format, opts.kv_cache)
-    jobs = album_jobs(album, ckpt, identity, "exact" if opts.exact else "fast")
+    sampler = "exact" if opts.exact else "fast"
+    jobs = album_jobs(album, ckpt, identity, sampler, hold=opts.approve)
     check_options(opts)
     flag = "--out" if opts.out else "the default output folder"
     store = open_store(opts.out or f"out/{album.slug}", flag)
     if not opts.force and not trackstore.is_album_folder(store, [j.key for j in jobs]):
         raise UserError(f"{flag} {store.url} holds files that are not this album's; choose an empty or new folder "
                         f"(--out), or pass --force to render into it anyway")
+    if choose is not None or any(store.exists(f"{t.folder}/{takes.TAKE}") for t in album.tracks):
+        # the scores chosen in the folder (and `choose`) replace the spec's: their tracks are checked again
+        jobs = album_jobs(takes.with_choices(store, album, choose), ckpt, identity, sampler, hold=opts.approve)
     return album, paths, ckpt, identity, jobs, store, opts
 
 
@@ -122,15 +130,26 @@ def check_options(opts: RenderOptions) -> None:
         check_address(opts.address)
 
 
-def render_album(album_path: Path, opts: RenderOptions) -> RenderResult:
-    """Validate, take the folder's render lock, render, release."""
+def render_album(album_path: Path | AlbumSpec, opts: RenderOptions,
+                 choose: tuple[str, dict] | None = None) -> RenderResult:
+    """Validate, take the folder's render lock, render, release. `choose`: (track folder, takes.choice) — a new
+    score for that track (`farm rerender`, `farm approve`), made its current take under the lock."""
     started = time.time()
-    album, paths, ckpt, identity, jobs, store, opts = prepare(album_path, opts)
+    album, paths, ckpt, identity, jobs, store, opts = prepare(album_path, opts, choose)
     lock = RenderLock(store, "--out" if opts.out else "the default output folder")
     try:
+        albumrecord.save(store, album, paths, opts)
+        if choose is not None:
+            key, new = choose
+            track = next(t for t in album.tracks if t.folder == key)
+            take = takes.begin(store, key, new, ckpt.tokenizer, from_plan_stage=track_has_plan_stage(track))
+            logs_line = f"{key}: take {take}, score {takes.describe(new)}"
+            print(logs_line, flush=True)
         store.remove_tree(FAILURES)      # an earlier run's failures: this run says again what still fails
         with logs.album_log(store, opts.log_level):
             logs.log.info("render of %s (%d tracks) into %s", album.path, len(jobs), store.url)
+            if choose is not None:
+                logs.log.info("%s", logs_line)
             return _render(album, paths, ckpt, identity, jobs, store, opts, started)
     finally:
         lock.release()
@@ -143,13 +162,15 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
 
     done = {} if opts.force else {j.key: trackstore.finished_stages(store, j) for j in jobs}
     starts = {j.key: len(done.get(j.key, {})) for j in jobs}
-    todo = [j for j in jobs if starts[j.key] < len(j.stages)]
+    todo = [j for j in jobs if starts[j.key] < len(j.to_run) and (opts.only is None or j.key in opts.only)]
     runtime = raycluster.start(opts.address, opts.cluster)
     print(runtime.describe(), flush=True)
     view = None
     try:
         formats = (opts.ar_format, opts.kv_cache)
-        plan = deploy.plan_for(runtime, jobs, ckpt, exact=opts.exact, pins=opts.pins, formats=formats)
+        # a render of a few tracks (`farm rerender`) is placed for those, not for the whole album
+        planned = todo if opts.only is not None and todo else jobs
+        plan = deploy.plan_for(runtime, planned, ckpt, exact=opts.exact, pins=opts.pins, formats=formats)
         if opts.ar_window is not None:
             plan = replace(plan, ar_window=opts.ar_window or None)
         print(deploy.describe(plan), flush=True)
@@ -172,7 +193,7 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         pipeline = Pipeline(jobs, todo, starts, workers, plan, log, opts.progress, store)
         pipeline.master = mastering.AlbumMaster(store, album, jobs, identity)
         for job in jobs:
-            if job not in todo:              # finished in an earlier run: master it while the others render
+            if len(done.get(job.key, {})) == len(job.stages):   # finished earlier: master it meanwhile
                 pipeline.master.submit(job.key)
         view = LiveView(store, run_id, album.title, deploy.card_facts(plan, runtime), pipeline.live_state,
                         opts.dashboard)

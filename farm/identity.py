@@ -71,12 +71,16 @@ def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar
     return out
 
 
-def stage_keys(identity: dict, request, settings) -> dict[str, str]:
-    """plan → semantic → acoustic → decode, each key covering its inputs, its settings and the key before it."""
+def stage_keys(identity: dict, request, settings, candidates=None) -> dict[str, str]:
+    """plan → semantic → acoustic → decode, each key covering its inputs, its settings and the key before it.
+    `candidates` (jobs.Candidates): best of N enters the plan key only when N > 1, so a one-candidate album keeps
+    the keys it always had."""
     req = dataclasses.asdict(request)
     s = dataclasses.asdict(settings)
+    best_of = dataclasses.asdict(candidates) if candidates is not None and candidates.count > 1 else None
     plan = _digest({"model": identity["model"], "request": req, "plan": s["plan"], "sampler": s["sampler"],
-                    **({"ar": identity["ar"]} if "ar" in identity else {})})
+                    **({"ar": identity["ar"]} if "ar" in identity else {}),
+                    **({"candidates": best_of} if best_of else {})})
     semantic = _digest({"plan": plan, "semantic": s["semantic"], "cfg": request.cfg_scale, "sampler": s["sampler"]})
     acoustic = _digest({"semantic": semantic, "ode_steps": s["ode_steps"], "cond_end": s["cond_end"]})
     decode = _digest({"acoustic": acoustic, "vae": identity["vae"], "core": s["vae_core_frames"],

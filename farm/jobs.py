@@ -6,7 +6,8 @@ reads it from the store instead of receiving it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+import hashlib
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -19,6 +20,14 @@ from .album import AlbumSpec, TrackSpec
 
 
 @dataclass(frozen=True)
+class Candidates:
+    """Best of N: how many scores the plan stage writes, and the rule that picks the one that goes on."""
+    count: int = 1
+    rule: str = "first"                      # scores.CHOOSE_RULES
+    target_seconds: float | None = None      # the "length" rule's target
+
+
+@dataclass(frozen=True)
 class TrackJob:
     key: str                      # the track's folder, NN-slug
     number: int
@@ -26,10 +35,27 @@ class TrackJob:
     request: SongRequest
     settings: SongSettings
     stage_keys: dict              # stage → content hash of its inputs and settings (identity.stage_keys)
+    candidates: Candidates = field(default_factory=Candidates)
+    hold_after: str | None = None     # "plan": this render stops the track there, its scores await `farm approve`
 
     @property
     def stages(self) -> tuple[str, ...]:
         return STAGES if self.request.has_plan_stage else STAGES[1:]
+
+    @property
+    def to_run(self) -> tuple[str, ...]:
+        """The stages this render takes the track through: all of them, or up to the one it holds after."""
+        if self.hold_after in self.stages:
+            return self.stages[:self.stages.index(self.hold_after) + 1]
+        return self.stages
+
+
+def candidate_seed(seed: int, candidate: int) -> int:
+    """The seed of plan candidate `candidate` (1-based): the track's own for the first, so `plans = 1` renders
+    what it always did; derived by a hash for the others (never the seed of a neighbouring track, seed + 1)."""
+    if candidate == 1:
+        return seed
+    return int.from_bytes(hashlib.sha256(f"{seed}/plan/{candidate}".encode()).digest()[:8], "big") >> 1
 
 
 @dataclass(frozen=True)
@@ -77,11 +103,13 @@ class StageEvent:
     queue_wait: float = 0.0       # seconds from ready (its previous stage done) to start: slot waits + worker queue
 
 
-def track_shape(request: SongRequest, settings: SongSettings, title: str, prompt_tokens: int):
-    """The planner's view of one track (cluster.workload.TrackShape): its token budgets, its real plan prompt, and
-    its CFG branches by the request's own guidance rule. The one builder for `farm render` and `farm plan`."""
+def track_shape(request: SongRequest, settings: SongSettings, title: str, prompt_tokens: int, candidates: int = 1):
+    """The planner's view of one track (cluster.workload.TrackShape): its token budgets (every plan candidate's),
+    its real plan prompt, and its CFG branches by the request's own guidance rule. The one builder for `farm
+    render` and `farm plan`."""
     return TrackShape(settings.semantic.max_tokens / FRAMES_PER_SECOND,
-                      settings.plan.max_tokens if request.has_plan_stage else 0, settings.semantic.max_tokens,
+                      settings.plan.max_tokens * candidates if request.has_plan_stage else 0,
+                      settings.semantic.max_tokens,
                       prompt_tokens=prompt_tokens, title=title, cfg_branches=2 if request.cfg_scale != 1.0 else 1)
 
 
@@ -105,8 +133,18 @@ def track_request(track: TrackSpec) -> SongRequest:
                        guidance=track.guidance, abc=track.abc, abc_ids=track.abc_ids)
 
 
-def album_jobs(album: AlbumSpec, ckpt, identity: dict, sampler: str = "fast") -> list[TrackJob]:
-    """Every track as a job, each validated against the checkpoint (context and all); problems collected."""
+def track_has_plan_stage(track: TrackSpec) -> bool:
+    """Does the spec leave the track's score to its plan stage (not cot off, no score of the spec's own)?"""
+    return track.cot != "off" and track.abc is None and track.abc_ids is None
+
+
+def track_candidates(track: TrackSpec) -> Candidates:
+    return Candidates(track.plans, track.choose, track.target_seconds)
+
+
+def album_jobs(album: AlbumSpec, ckpt, identity: dict, sampler: str = "fast", hold: bool = False) -> list[TrackJob]:
+    """Every track as a job, each validated against the checkpoint (context and all); problems collected. `hold`:
+    tracks whose score the plan stage writes stop after it (`farm render --approve`)."""
     from stages.requests import validate
 
     from .album import AlbumError
@@ -121,8 +159,10 @@ def album_jobs(album: AlbumSpec, ckpt, identity: dict, sampler: str = "fast") ->
         except user_error_types() as exc:
             problems.append(f"{album.path}: {track.label}: {exc}")
             continue
+        candidates = track_candidates(track)
         jobs.append(TrackJob(track.folder, track.number, track.title, request, settings,
-                             stage_keys(identity, request, settings)))
+                             stage_keys(identity, request, settings, candidates), candidates,
+                             "plan" if hold and request.has_plan_stage else None))
     if problems:
         raise AlbumError(problems)
     return jobs

@@ -11,10 +11,11 @@ import pyarrow as pa
 from cluster.workload import STAGES
 from stages.vae import audio_samples
 
-from . import artifacts, scores, trackstore
+from . import artifacts, scores, takes, trackstore
 from .jobs import TrackJob
 from .eventlog import parquet_bytes
 from .store import Store
+from .takes import AWAITING
 
 def track_record(job: TrackJob, markers: dict[str, dict], identity: dict, cfg) -> dict:
     """settings.json of a finished track, by the same builder as `farm song`'s (artifacts.settings_record), from
@@ -48,7 +49,8 @@ def manifest_row(job: TrackJob, markers: dict[str, dict], status: str, error: st
     return row
 
 
-MANIFEST_COLUMNS = ["number", "title", "folder", "status", "error", "seed", "cot", "audio_seconds", "score_midi"] + [
+MANIFEST_COLUMNS = ["number", "title", "folder", "status", "error", "seed", "cot", "audio_seconds", "score_midi",
+                    "take", "score", "score_sha256"] + [
     f"{s}_{f}" for s in STAGES for f in ("seconds", "worker", "gpu", "gpu_uuid")] + [
     f"sha256_{n.replace('.', '_')}" for n in (artifacts.SCORE, artifacts.PLAN, artifacts.SEMANTIC,
                                                artifacts.LATENTS, artifacts.AUDIO)]
@@ -62,18 +64,34 @@ def write_album(store: Store, album, jobs: list[TrackJob], failures: dict[str, s
     for job in jobs:
         markers = trackstore.finished_stages(store, job)
         done = len(markers) == len(job.stages)
-        status = "done" if done else ("failed" if job.key in failures else "incomplete")
+        held = job.hold_after is not None and len(markers) == len(job.to_run)
+        status = "done" if done else ("failed" if job.key in failures else AWAITING if held else "incomplete")
         if done:
             store.write_bytes(f"{job.key}/{artifacts.SETTINGS}", artifacts.json_bytes(
                 track_record(job, markers, identity, cfg)))
         rows.append(manifest_row(job, markers, status, failures.get(job.key, ""), cfg))
         rows[-1]["score_midi"] = scores.write_midi(store, job.key) if done else None
+        rows[-1].update(take_columns(store, job, markers))
     columns = {c: [r.get(c) for r in rows] for c in MANIFEST_COLUMNS}
     store.write_bytes("manifest.parquet", parquet_bytes(pa.table(columns)))
+    kept = [{**row, "takes_kept": takes.history(store, row["folder"])} for row in rows]
     store.write_bytes("manifest.json", artifacts.json_bytes({"album": album.title, "checkpoint": identity,
-                                                             "tracks": rows}))
+                                                             "tracks": kept}))
     store.write_bytes("playlist.m3u8", playlist(rows).encode("utf-8"))
     return rows
+
+
+def take_columns(store: Store, job: TrackJob, markers: dict[str, dict]) -> dict:
+    """Which take the top of the folder holds, the score it used (in words), and that score's sha256."""
+    import hashlib
+
+    take = takes.read_take(store, job.key)
+    score = f"{job.key}/{artifacts.SCORE}"
+    plan = markers.get("plan") or trackstore.read_marker(store, job.key, "plan")
+    given = job.request.cot != "off" and not job.request.has_plan_stage and take is None
+    return {"take": take["take"] if take else 1,
+            "score": "none (cot off)" if job.request.cot == "off" else takes.describe(take, plan, given),
+            "score_sha256": hashlib.sha256(store.read_bytes(score)).hexdigest() if store.exists(score) else None}
 
 
 def playlist(rows: list[dict]) -> str:

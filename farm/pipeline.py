@@ -16,6 +16,7 @@ from cluster import dispatch
 from . import logs, recovery
 from .jobs import FromStore, StageEvent, TrackJob
 from .progress import Board
+from .takes import AWAITING
 
 
 class Pipeline:
@@ -30,6 +31,8 @@ class Pipeline:
         for j in todo:
             if starts[j.key] or not j.request.has_plan_stage:
                 dispatch.start_at(self.state, j.number, j.stages[starts[j.key]])
+            if j.to_run != j.stages:
+                dispatch.stop_after(self.state, j.number, j.to_run[-1])
         self.refs: dict[int, dict[str, object]] = {j.number: {} for j in todo}
         self.inflight: dict[object, tuple[int, str, str, object]] = {}   # event ref → (track, stage, slot, actor)
         self.failures: dict[str, str] = {}
@@ -37,7 +40,7 @@ class Pipeline:
         self.board = Board(jobs, starts, progress)
         now = time.time()
         self.ready_at = {(j.number, j.stages[starts[j.key]]): now for j in todo}
-        self.status = {j.key: "queued" if j in todo else "done" for j in jobs}
+        self.status = {j.key: "queued" if j in todo else _resting(j, starts[j.key]) for j in jobs}
         self.all_jobs, self.view, self.master = jobs, None, None
         self.drained = time.monotonic()
 
@@ -91,7 +94,7 @@ class Pipeline:
         todo = {j.key: j for j in self.todo}
         return {"queues": {s: len(q) for s, q in self.state.ready.items()}, "running": running,
                 "tracks": [{"key": j.key, "title": j.title, "status": self.status[j.key],
-                            "needs": list(j.stages[self.starts[j.key]:]) if j.key in todo else []}
+                            "needs": list(j.to_run[self.starts[j.key]:]) if j.key in todo else []}
                            for j in self.all_jobs]}
 
     def _keep_details(self, key: str, stage: str, exc: Exception) -> str:
@@ -163,6 +166,8 @@ class Pipeline:
             self.status[job.key] = "done"
             if self.master is not None:
                 self.master.submit(job.key)
+        elif stage == job.to_run[-1]:
+            self.status[job.key] = AWAITING
         self.log.add(event)
         self.log.flush()
         if event.ok:
@@ -218,6 +223,13 @@ class Pipeline:
 
 DRAIN_EVERY_S = 5.0     # how often the workers' log lines are fetched into render.log
 FAILURES = ".failures"       # <track>.<stage>.txt: the whole error (with the worker's traceback) of a failed stage
+
+
+def _resting(job: TrackJob, finished: int) -> str:
+    """The status of a track this render does not run: finished, held for approval, or left for another run."""
+    if finished == len(job.stages):
+        return "done"
+    return AWAITING if job.hold_after and finished == len(job.to_run) else "incomplete"
 
 
 def _first_line(exc: Exception) -> str:

@@ -44,7 +44,7 @@ def workload_for(album: Path | None, tracks: int | None, seed: int, mean_seconds
     from .models import named_config
 
     cfg = named_config("yue2-3b")    # planning needs no checkpoint: the prompt is estimated from its characters
-    return [track_shape(track_request(t), track_settings(t, cfg), t.title, estimated_prompt_tokens(t))
+    return [track_shape(track_request(t), track_settings(t, cfg), t.title, estimated_prompt_tokens(t), t.plans)
             for t in load_album(album).tracks]
 
 

@@ -47,7 +47,11 @@ def read_abc(path: Path) -> dict:
     """An ABC score: text (.abc, …) or exact token ids (.npy, 1-D integers, e.g. a previous run's plan.npy)."""
     path = Path(path)
     if path.suffix != ".npy":
-        return {"abc": read_user_text(path, "--abc-file")}
+        from .scores import check_abc
+
+        text = read_user_text(path, "--abc-file")
+        check_abc(text, f"--abc-file {path}")
+        return {"abc": text}
     if not path.is_file():
         raise UserError(f"--abc-file {path}: " + ("file not found" if not path.exists() else "not a regular file"))
     try:

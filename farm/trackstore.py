@@ -19,7 +19,7 @@ STAGE_FILES = {"plan": (artifacts.SCORE, artifacts.PLAN), "semantic": (artifacts
                "acoustic": (artifacts.LATENTS,), "decode": (artifacts.AUDIO,)}
 
 
-ALBUM_MARKS = ("manifest.json", "live.json", "metrics", "metrics.parquet", LOCK, LOG_FILE)   # what a render leaves
+ALBUM_MARKS = ("manifest.json", "spec.json", "live.json", "metrics", "metrics.parquet", LOCK, LOG_FILE)   # what a render leaves
 
 
 def is_album_folder(store: Store, keys: list[str]) -> bool:

@@ -229,14 +229,29 @@ class CardWorker:
     # ---- plan and semantic: continuous batching on the AR engine ----------------------------------------------
     @ray.method(num_returns=2)
     async def plan(self, job: TrackJob):
+        """The track's score; with best of N, N candidates (seeds from the track's: jobs.candidate_seed) generated
+        side by side, all kept in plans/<k>/, and the one the album's rule picks at the top of the folder."""
         from stages.requests import plan_request
 
-        start = time.time()
-        result = await self._generate(plan_request(self.ckpt, job.key, job.request, job.settings))
-        ids, text = result.ids, self.ckpt.tokenizer.decode(result.ids)
-        files = {artifacts.SCORE: text.encode("utf-8"), artifacts.PLAN: artifacts.npy_bytes(ids)}
-        event = self._persist(job, files, self._event(job, "plan", start, len(ids), result.mean_batch, self.ar_shape),
-                              truncated=result.truncated)
+        from .jobs import candidate_seed
+        from .scores import pick_candidate
+        from .takes import candidate_files
+
+        start, n = time.time(), job.candidates.count
+        requests = [plan_request(self.ckpt, job.key if n == 1 else f"{job.key}#{k}",
+                                 dataclasses.replace(job.request, seed=candidate_seed(job.request.seed, k)),
+                                 job.settings) for k in range(1, n + 1)]
+        results = await asyncio.gather(*(self._generate(r) for r in requests))
+        texts = [self.ckpt.tokenizer.decode(r.ids) for r in results]
+        chosen = pick_candidate(texts, job.candidates.rule, job.candidates.target_seconds) if n > 1 else 0
+        ids = results[chosen].ids
+        files = {artifacts.SCORE: texts[chosen].encode("utf-8"), artifacts.PLAN: artifacts.npy_bytes(ids)}
+        if n > 1:
+            files.update(candidate_files([(t, artifacts.npy_bytes(r.ids)) for t, r in zip(texts, results)]))
+        best_of = {"candidates": n, "chosen": chosen + 1, "rule": job.candidates.rule} if n > 1 else {}
+        event = self._event(job, "plan", start, sum(len(r.ids) for r in results),
+                            sum(r.mean_batch for r in results) / n, self.ar_shape)
+        event = self._persist(job, files, event, truncated=any(r.truncated for r in results), **best_of)
         return PlanOutput(job.key, ids), event
 
     @ray.method(num_returns=2)

@@ -50,6 +50,7 @@ def world(tmp_path_factory, tiny_ckpt_dir):
     (w / "full").mkdir()
     (w / "full" / "thesis.docx").write_text("someone's work")
     np.save(w / "plan2d.npy", np.zeros((2, 3), dtype=np.int32))
+    (w / "broken.abc").write_text('X:1\nM:4/4\nL:1/8\nK:G\nGABc d2B2|\n"D A2F2 D4|]\n')
     (w / "profile.toml").write_text('name = "x"\n[[nodes]]\nname = "a"\ncpus = 4\ngpus = ["Voodoo 3"]\n')
     (w / "broken.toml").write_text("name = [\n")
     for name, damage in (("missing", "drop"), ("misshaped", "shape"), ("truncated", "cut"), ("vaecut", "vae")):
@@ -148,6 +149,14 @@ RENDER = [
      "lyrics_file: ../../../etc/passwd lies outside the album's folder"),
     ("abc-outside", ["@aout=" + track('abc_file = "/etc/hostname"\n')], "abc_file: /etc/hostname lies outside"),
     ("seed-string", ["@seeds=" + track('seed = "42"\n')], "seed: must be int, got str"),
+    ("abc-broken", ["@abcb=" + track('abc_file = "broken.abc"\n')],
+     'track 1 "One": abc_file: the ABC score is broken: line 6: a chord symbol opened with " is not closed'),
+    ("abc-no-key", ["@abck=" + track('abc = "X:1\\nL:1/8\\nCDEF|"\n')],
+     "abc: the ABC score is broken: line 3: music before the K: (key) field"),
+    ("plans-zero", ["@plans0=" + track("plans = 0\n")], "plans: must be in [1, 16], got 0"),
+    ("choose-unknown", ["@choosex=" + track('plans = 2\nchoose = "best"\n')], "choose: must be one of first, length"),
+    ("choose-length-no-target", ["@chooselen=" + track('plans = 2\nchoose = "length"\n')],
+     'target_seconds: required by choose = "length"'),
     ("seed-string-defaults", ["@seedd=" + track("", 'title = "B"\n[defaults]\nstyle = "p"\nseed = "42"\n')],
      "defaults: seed: must be int"),
     ("seed-negative", ["@seedn=" + track("seed = -1\n")], "seed: must be in [0, 2**63)"),
@@ -205,6 +214,8 @@ SONG = [
     ("song-lyrics-latin1", ["--lyrics-file", "{w}/latin1.txt"], "--lyrics-file: not a UTF-8"),
     ("song-abc-dir", ["--abc-file", "{w}/adir"], "--abc-file: {w}/adir is a directory"),
     ("song-abc-2d", ["--abc-file", "{w}/plan2d.npy"], "--abc-file {w}/plan2d.npy: expected a 1-D"),
+    ("song-abc-broken", ["--abc-file", "{w}/broken.abc"],
+     "--abc-file {w}/broken.abc: the ABC score is broken: line 6: a chord symbol"),
     ("song-device-tpu", ["--device", "tpu"], "--device tpu: expected auto, cpu"),
     ("song-device-cuda", ["--device", "cuda:7"], "--device cuda:7"),
     ("song-cot", ["--cot", "loud"], "--cot must be one of"),

@@ -130,6 +130,16 @@ def test_cpu_fallback_puts_every_stage_on_the_cpu():
     assert {w.card for w in bare.workers} == {"local/cpu"}
 
 
+def test_an_album_whose_scores_are_all_given_plans_without_a_plan_stage_load():
+    """No track makes plan tokens (every score given, or one track re-rendered from its edit): the plan stage costs
+    nothing, and the planner must not divide by its zero time."""
+    given = [TrackShape(180.0, 0, 4500, prompt_tokens=600) for _ in range(3)]
+    p, inventory, opts = profile_plan("h200", 3)
+    alone = plan(inventory, given, opts)
+    assert alone.runnable and alone.makespan_s < p.makespan_s
+    assert {w.stage for w in alone.workers} >= {"semantic", "acoustic", "decode"}
+
+
 def test_a_lone_4090_needs_one_process_per_card():
     """All four stages at batch 1: 12.2 GiB in one process, 21.8 GiB as four (4 x weights-and-context)."""
     shared = plan(cards("RTX 4090"), album_tracks(4), PlanOptions(reserve_gib=2.5))

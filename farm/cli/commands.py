@@ -122,6 +122,9 @@ def render(
     kv_cache: Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache: bf16 or fp8 (default: the "
                                                  "album's kv_cache, else bf16).")] = None,
     ar_format: ArFormatFlag = None,
+    approve: Annotated[bool, typer.Option(help="Stop each track after its plan stage: read the candidate scores "
+                                               "(plans/<k>/score.abc) and go on with `farm approve OUT TRACK K`.")]
+    = False,
 ) -> None:
     """Render an album: each stage on the card that suits it, songs overlapping, resumable."""
     from ..driver import RenderOptions, render_album
@@ -129,15 +132,69 @@ def render(
     opts = RenderOptions(out=out, model=model, vae=vae, address=address, cluster=cluster, force=force, exact=exact,
                          threads=threads, pins=tuple(pin or ()), dashboard=(host, port) if dashboard else None,
                          stall_seconds=stall_timeout, ar_window=ar_window, log_level=log_level,
-                         ar_checkpoint=ar_checkpoint, kv_cache=kv_cache, ar_format=ar_format)
-    result = interruptible(guarded, render_album, album, opts)
+                         ar_checkpoint=ar_checkpoint, kv_cache=kv_cache, ar_format=ar_format, approve=approve)
+    _finished(interruptible(guarded, render_album, album, opts))
+
+
+def _finished(result) -> None:
+    """The one-line summary of a render, the failed tracks, and the exit code."""
+    from ..takes import AWAITING
+
     done = sum(r["status"] == "done" for r in result.rows)
+    held = [r["folder"] for r in result.rows if r["status"] == AWAITING]
     typer.echo(f"{done}/{len(result.rows)} tracks done in {result.wall_seconds:.1f} s → {result.out} "
                f"(run {result.run_id}, {len(result.events)} stage calls)")
+    if held:
+        typer.echo(f"{len(held)} track(s) await a score: see <track>/plans/<k>/score.abc (or score.abc), then "
+                   f"`farm approve {result.out} TRACK K` ({', '.join(held)})")
     for key, error in result.failures.items():
         typer.echo(f"failed: {key}: {error}", err=True)
     if result.failures:
         raise typer.Exit(code=EXIT_FAILED_TRACKS)
+
+
+TrackArg = Annotated[str, typer.Argument(help="The track: its number, folder name or title.")]
+OutArg = Annotated[str, typer.Argument(help="The album folder (path or URL) that `farm render` wrote.")]
+AddressOpt = Annotated[str | None, typer.Option(help="A running Ray cluster: auto, HOST:PORT or ray://…; default: "
+                                                     "start a local one.")]
+ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml).")]
+LogLevelOpt = Annotated[str, typer.Option(help="What render.log keeps: debug, info, warning or error.")]
+
+
+@app.command(no_args_is_help=True)
+def rerender(
+    out: OutArg,
+    track: TrackArg,
+    abc: Annotated[Path | None, typer.Option("--abc", help="The score to render from (ABC text); default: the "
+                                             "track's score.abc as you edited it.")] = None,
+    plan: Annotated[int | None, typer.Option("--plan", help="Render from plan candidate K instead "
+                                             "(plans/K/score.abc; 1 is the plan stage's first).", min=1)] = None,
+    address: AddressOpt = None,
+    cluster: ClusterOpt = None,
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Re-render one track from an edited score (or another plan candidate): same seed and settings, from the
+    semantic stage on; the previous take is kept in takes/<n>/ and the album is mastered again."""
+    from ..rerender import rerender as run
+
+    _finished(interruptible(guarded, run, out, track, abc_file=abc, plan=plan, address=address, cluster=cluster,
+                            log_level=log_level))
+
+
+@app.command(no_args_is_help=True)
+def approve(
+    out: OutArg,
+    track: TrackArg,
+    candidate: Annotated[int, typer.Argument(help="The plan candidate to go on with (plans/K/score.abc).", min=1)],
+    address: AddressOpt = None,
+    cluster: ClusterOpt = None,
+    log_level: LogLevelOpt = "info",
+) -> None:
+    """Go on with a track that `farm render --approve` held after its plan stage, from candidate K."""
+    from ..rerender import rerender as run
+
+    _finished(interruptible(guarded, run, out, track, plan=candidate, address=address, cluster=cluster,
+                            log_level=log_level))
 
 
 @app.command("dashboard")
