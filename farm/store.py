@@ -56,11 +56,12 @@ class Store:
                 os.unlink(tmp)
 
     def listdir(self, rel: str = "") -> list[str]:
-        """Names (not paths) directly under rel; [] when it does not exist."""
+        """Names (not paths) directly under rel; [] when it does not exist (or a file stands where its folder
+        would be)."""
         self.fs.invalidate_cache()
         try:
             entries = self.fs.ls(self.path(rel), detail=False)
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
             return []
         return sorted(e.rstrip("/").rsplit("/", 1)[-1] for e in entries)
 
