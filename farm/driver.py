@@ -139,20 +139,22 @@ def render_album(album_path: Path | AlbumSpec, opts: RenderOptions,
     lock = RenderLock(store, "--out" if opts.out else "the default output folder")
     try:
         albumrecord.save(store, album, paths, opts)
-        if choose is not None:
-            key, new = choose
-            track = next(t for t in album.tracks if t.folder == key)
-            take = takes.begin(store, key, new, ckpt.tokenizer, from_plan_stage=track_has_plan_stage(track))
-            logs_line = f"{key}: take {take}, score {takes.describe(new)}"
-            print(logs_line, flush=True)
         store.remove_tree(FAILURES)      # an earlier run's failures: this run says again what still fails
         with logs.album_log(store, opts.log_level):
             logs.log.info("render of %s (%d tracks) into %s", album.path, len(jobs), store.url)
             if choose is not None:
-                logs.log.info("%s", logs_line)
+                _begin_take(store, album, ckpt, *choose)
             return _render(album, paths, ckpt, identity, jobs, store, opts, started)
     finally:
         lock.release()
+
+
+def _begin_take(store, album, ckpt, key: str, new: dict) -> None:
+    """`new` (takes.choice) becomes track `key`'s score: its finished take is kept first (farm/takes.py)."""
+    track = next(t for t in album.tracks if t.folder == key)
+    take = takes.begin(store, key, new, ckpt.tokenizer, from_plan_stage=track_has_plan_stage(track))
+    print(f"{key}: take {take}, score {takes.describe(new)}", flush=True)
+    logs.log.info("%s: take %d, score %s", key, take, takes.describe(new))
 
 
 def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, started: float) -> RenderResult:

@@ -15,7 +15,7 @@ from farm.cli import app
 from farm.driver import RenderOptions, render_album
 
 from .conftest import PROFILES
-from .farm_album import FILES
+from .farm_album import ALBUM, FILES
 
 pytestmark = pytest.mark.slow     # full renders on the session's Ray cluster
 
@@ -129,22 +129,11 @@ def test_a_broken_or_impossible_rerender_is_refused_and_changes_nothing(first, t
     assert r.exit_code == 2 and "no spec.json here" in r.output
 
 
-BEST_OF = """
-title = "Best Of"
-[defaults]
-style = "lo-fi pop, warm piano"
-seed = 11
-[defaults.sampling.semantic]
-max_tokens = 40
-[[tracks]]
-title = "One"
-lyrics = "[verse]\\nPaper boats in the rain\\n"
-plans = 3
-[[tracks]]
-title = "Two"
-cot = "melody"
-lyrics = "[verse]\\nHarbour lights\\n"
-"""
+# the shared album's first two tracks (same seeds and settings, so its renders are the reference), the first with
+# three candidate scores
+BEST_OF = (ALBUM[:ALBUM.index('[[tracks]]\ntitle = "Three"')]
+           .replace('title = "Farm Test"', 'title = "Best Of"')
+           .replace('title = "One"\n', 'title = "One"\nplans = 3\n'))
 
 
 def test_best_of_n_waits_for_approval_and_goes_on_with_the_chosen_score(ray_cluster, first, tiny_ckpt_dir,
