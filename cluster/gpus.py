@@ -150,6 +150,7 @@ class SmRates:
     cores_per_sm: int       # FP32 CUDA cores per SM: NVML gives cores, not SMs, for whole GPUs
     bf16_per_clock: int     # dense bf16 tensor FLOP per SM per clock with FP32 accumulate (0 = no bf16)
     fp32_per_clock: int     # FP32 FLOP per SM per clock (2 per core: FMA)
+    tensor_clock: float = 1.0   # the clock the tensor figures hold at, as a share of NVML's max SM clock
 
 
 # Keyed by compute capability. GeForce and pro parts share a capability but pro parts run FP32 accumulate at full
@@ -162,7 +163,9 @@ SM_RATES: dict[tuple[int, int], SmRates] = {
     (8, 6): SmRates("Ampere", 128, 512, 256),
     (8, 7): SmRates("Ampere", 128, 512, 256),
     (8, 9): SmRates("Ada Lovelace", 128, 512, 256),
-    (9, 0): SmRates("Hopper", 128, 4096, 256),
+    # Hopper's datasheets give dense tensor throughput at 1,830 MHz while NVML reports 1,980 MHz (max, customer boost
+    # and application clocks alike on an H200: docs/measured/2026-12-01-h200-nvml-clocks.log); FP32 holds at 1,980.
+    (9, 0): SmRates("Hopper", 128, 4096, 256, tensor_clock=1830 / 1980),
     (10, 0): SmRates("Blackwell", 128, 8192, 256),
     (12, 0): SmRates("Blackwell", 128, 512, 256),
     (12, 1): SmRates("Blackwell", 128, 512, 256),
@@ -223,7 +226,8 @@ def _derived_spec(dev: GpuDevice) -> GpuSpec:
         bf16_tf = fp32_tf = None
         arch, how = (rates.architecture if rates else "unknown"), "no per-SM figures for this card"
     else:
-        bf16_tf = dev.sm_count * rates.bf16_per_clock * clock / 1e12 if rates.bf16_per_clock else None
+        bf16_tf = (dev.sm_count * rates.bf16_per_clock * clock * rates.tensor_clock / 1e12
+                   if rates.bf16_per_clock else None)
         fp32_tf = dev.sm_count * rates.fp32_per_clock * clock / 1e12
         arch, how = rates.architecture, f"{dev.sm_count} SMs x {dev.sm_clock_mhz} MHz x per-SM rates of cc {dev.compute_capability}"
     return GpuSpec(dev.name, arch, dev.compute_capability, dev.sm_count, dev.sm_clock_mhz, dev.vram_gib,
