@@ -4,11 +4,19 @@ from __future__ import annotations
 import pytest
 
 from stages.config import BYTE_LAYOUT, FULL_LAYOUT
-from stages.protocol import (INSTRUCTIONS, ProtocolError, SongRequest, check_context, chunk_ranges, given_abc_ids,
-                             negative_prefix, plan_prefix, semantic_prefix)
+from stages.protocol import (ProtocolError, SongRequest, check_context, chunk_ranges, given_abc_ids, negative_prefix,
+                             plan_prefix, semantic_prefix)
 from stages.tokenizer import ByteTokenizer
 
 T, L = ByteTokenizer(), BYTE_LAYOUT
+# The model's three instruction sentences, as docs/model.md §1.3 writes them (not the code's own table).
+SENTENCES = {
+    "full": "Generate a chord-annotated ABC transcription, then generate music with codec tokens from the given "
+            "conditions.",
+    "melody": "Generate a melody-only ABC transcription without chord symbols, then generate music with codec tokens "
+              "from the given conditions.",
+    "off": "Generate music with codec tokens from the given conditions.",
+}
 
 
 def enc(text):
@@ -27,7 +35,7 @@ def test_layout_ids_follow_the_general_rule():
 @pytest.mark.parametrize("cot", ["full", "melody", "off"])
 def test_prompt_text_and_prefixes(cot):
     r = SongRequest(style="rock", lyrics="la la", cot=cot)
-    text = f"{INSTRUCTIONS[cot]}\n[Tags]\nrock\n[Lyrics]\nla la\n"
+    text = f"{SENTENCES[cot]}\n[Tags]\nrock\n[Lyrics]\nla la\n"
     assert r.text() == text
     base = [256] + enc(text)
     if cot == "off":
@@ -41,11 +49,11 @@ def test_prompt_text_and_prefixes(cot):
 def test_cfg_negative_prefixes_and_default_guidance():
     off = SongRequest(style="rock", lyrics="x", cot="off")
     assert off.cfg_scale == 1.01
-    assert negative_prefix(off, T, L, None) == [256] + enc(INSTRUCTIONS["off"]) + [464]
+    assert negative_prefix(off, T, L, None) == [256] + enc(SENTENCES["off"]) + [464]
     full = SongRequest(style="rock", lyrics="x", cot="full")
     assert full.cfg_scale == 1.0 and negative_prefix(full, T, L, [7]) is None
     guided = SongRequest(style="rock", lyrics="x", cot="melody", guidance=1.5)
-    assert negative_prefix(guided, T, L, [7, 8]) == [256] + enc(INSTRUCTIONS["melody"]) + [460, 7, 8, 461, 464]
+    assert negative_prefix(guided, T, L, [7, 8]) == [256] + enc(SENTENCES["melody"]) + [460, 7, 8, 461, 464]
 
 
 def test_user_abc_replaces_the_plan_stage():

@@ -19,7 +19,7 @@ from .song import BENCH_STYLE, bench_lyrics, environment
 
 
 
-# The mixed-length album: track i lasts MIXED_MINUTES[i % 12] minutes (a fixed list from 2.5 to 4.5, mean 3.5);
+# The mixed-length album: track i lasts MIXED_MINUTES[i % 12] minutes (a fixed list from 2.5 to 4.5, mean 3.51);
 # its plan and semantic lengths are the reference track's (3.58 min: 4,540 + 5,371 tokens) scaled by that ratio.
 MIXED_MINUTES = (2.5, 4.5, 3.0, 4.0, 3.5, 2.75, 4.25, 3.25, 3.75, 2.6, 4.4, 3.6)
 REFERENCE_MINUTES = 5371 / FRAMES_PER_SECOND / 60
