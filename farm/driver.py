@@ -143,16 +143,21 @@ def render_album(album_path: Path | AlbumSpec, opts: RenderOptions,
         with logs.album_log(store, opts.log_level):
             logs.log.info("render of %s (%d tracks) into %s", album.path, len(jobs), store.url)
             if choose is not None:
-                _begin_take(store, album, ckpt, *choose)
+                _begin_take(store, album, ckpt, identity, opts, *choose)
             return _render(album, paths, ckpt, identity, jobs, store, opts, started)
     finally:
         lock.release()
 
 
-def _begin_take(store, album, ckpt, key: str, new: dict) -> None:
-    """`new` (takes.choice) becomes track `key`'s score: its finished take is kept first (farm/takes.py)."""
+def _begin_take(store, album, ckpt, identity, opts: RenderOptions, key: str, new: dict) -> None:
+    """`new` (takes.choice) becomes track `key`'s score: its current take is kept first if it finished
+    (farm/takes.py)."""
     track = next(t for t in album.tracks if t.folder == key)
-    take = takes.begin(store, key, new, ckpt.tokenizer, from_plan_stage=track_has_plan_stage(track))
+    (now,) = album_jobs(takes.with_choices(store, replace(album, tracks=(track,))), ckpt, identity,
+                        "exact" if opts.exact else "fast")
+    finished = len(trackstore.finished_stages(store, now)) == len(now.stages)
+    take = takes.begin(store, key, new, ckpt.tokenizer, from_plan_stage=track_has_plan_stage(track),
+                       finished=finished)
     print(f"{key}: take {take}, score {takes.describe(new)}", flush=True)
     logs.log.info("%s: take %d, score %s", key, take, takes.describe(new))
 

@@ -108,18 +108,19 @@ def same_choice(a: dict | None, b: dict) -> bool:
         {k: b.get(k) for k in ("score", "abc", "candidate")}
 
 
-def begin(store: Store, key: str, new: dict, tokenizer, from_plan_stage: bool) -> int:
-    """Make `new` the track's score: keep the current take in `takes/<n>/` if it finished, write take.json.
-    Choosing the current choice again (a rerender that stopped) only resumes it. `from_plan_stage`: the track's
-    score comes from its plan stage (not the spec), so a lone plan is kept as candidate 1 first. → the take
-    number now rendering."""
+def begin(store: Store, key: str, new: dict, tokenizer, from_plan_stage: bool, finished: bool) -> int:
+    """Make `new` the track's score: keep the current take in `takes/<n>/` if it `finished` (every stage's marker
+    matches its keys: a take that stopped half-way is no song, and its files are partly the take before), write
+    take.json. Choosing the current choice again (a rerender that stopped) only resumes it. `from_plan_stage`: the
+    track's score comes from its plan stage (not the spec), so a lone plan is kept as candidate 1 first. → the
+    take number now rendering."""
     if from_plan_stage:
         keep_lone_plan(store, key, tokenizer)
     current = read_take(store, key)
     if same_choice(current, new):
         return current["take"]
     number = current["take"] if current else 1
-    if store.exists(f"{key}/{artifacts.AUDIO}"):
+    if finished:
         _archive(store, key, number, current or {"take": 1, "score": "plan"}, tokenizer)
         number += 1
     store.write_bytes(f"{key}/{TAKE}", artifacts.json_bytes({"take": number, **new, "chosen_at": _now()}))

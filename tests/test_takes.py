@@ -108,6 +108,13 @@ def test_rerender_from_an_edited_score_redoes_semantic_on_and_keeps_the_take(fir
     assert (row["take"], row["score"]) == (3, "plan candidate 1 (chosen)")
     assert [t["score"] for t in row["takes_kept"]] == ["plan", "edited"]
 
+    # a take that stopped before its decode stage is no song: another score replaces it, nothing is kept of it
+    (one / ".stages" / "decode.json").unlink()
+    (one / "score.abc").write_text(EDITED.replace("d2B2", "e2c2"))
+    r = invoke("rerender", out, "1", "--cluster", PROFILES / "ci.toml")
+    assert r.exit_code == 0 and "take 3, score edited" in r.output, r.output
+    assert sorted(p.name for p in (one / "takes").iterdir()) == ["1", "2"]
+
 
 def test_a_broken_or_impossible_rerender_is_refused_and_changes_nothing(first, tmp_path):
     out, _ = first
