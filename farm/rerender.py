@@ -18,7 +18,7 @@ from .store import open_store
 
 def rerender(out: str, track: str, *, abc_file: Path | None = None, plan: int | None = None,
              address: str | None = None, cluster: Path | None = None, log_level: str = "info",
-             progress: bool | None = None, flag: str = "--abc"):
+             progress: bool | None = None, flag: str = "--abc", plan_flag: str = "--plan"):
     from stages.requests import open_checkpoint
 
     from .driver import RenderOptions, render_album
@@ -26,6 +26,10 @@ def rerender(out: str, track: str, *, abc_file: Path | None = None, plan: int | 
 
     if abc_file is not None and plan is not None:
         raise UserError("--abc and --plan: give one of them (an edited score, or a plan candidate)")
+    if plan is not None and plan < 1:
+        raise UserError(f"{plan_flag} {plan}: plan candidates are numbered from 1")
+    if "://" not in out and not Path(out).is_dir():     # the store's write probe would create a missing folder
+        raise UserError(f"OUT {out}: no such album folder")
     store = open_store(out, "OUT")
     album, record = albumrecord.load(store)
     spec = find_track(album, track, out)
@@ -34,7 +38,7 @@ def rerender(out: str, track: str, *, abc_file: Path | None = None, plan: int | 
     paths = resolve_model(record["model"], record["vae"], flag=f"{store.uri(albumrecord.RECORD)}: model")
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     if plan is not None:
-        new = takes.choice(candidate=check_candidate(store, spec, plan))
+        new = takes.choice(candidate=check_candidate(store, spec, plan, plan_flag))
     else:
         new = takes.choice(edited=edited_score(store, spec, abc_file, ckpt.tokenizer, flag))
     opts = RenderOptions(out=out, model=record["model"], vae=record["vae"], address=address, cluster=cluster,
@@ -54,16 +58,16 @@ def find_track(album, track: str, out: str):
                     f"name or a title)")
 
 
-def check_candidate(store, spec, plan: int) -> int:
+def check_candidate(store, spec, plan: int, flag: str) -> int:
     if not track_has_plan_stage(spec):
-        raise UserError(f"--plan {plan}: the score of {spec.label} comes from the album spec, not a plan stage; "
+        raise UserError(f"{flag} {plan}: the score of {spec.label} comes from the album spec, not a plan stage; "
                         f"edit it and rerender with --abc instead")
     have = takes.candidates(store, spec.folder)
     if not have and store.exists(f"{spec.folder}/{artifacts.PLAN}") and takes.read_take(store, spec.folder) is None:
         have = [1]                       # a plan stage that wrote one score: it is candidate 1
     if plan not in have:
         shown = ", ".join(map(str, have)) if have else "none yet (its plan stage has not run)"
-        raise UserError(f"--plan {plan}: {spec.label} has plan candidate(s) {shown}")
+        raise UserError(f"{flag} {plan}: {spec.label} has plan candidate(s) {shown}")
     return plan
 
 

@@ -125,6 +125,7 @@ def test_a_broken_or_impossible_rerender_is_refused_and_changes_nothing(first, t
              (["3"], 'track 3 "Three" was rendered with cot = off'),
              (["9"], "TRACK '9': "),
              (["2", "--plan", "4"], '--plan 4: track 2 "Two" has plan candidate(s) 1'),
+             (["2", "--plan", "0"], "--plan 0: plan candidates are numbered from 1"),
              (["1", "--abc", broken, "--plan", "1"], "--abc and --plan: give one")]
     for args, message in cases:
         r = invoke("rerender", out, *args)
@@ -134,6 +135,10 @@ def test_a_broken_or_impossible_rerender_is_refused_and_changes_nothing(first, t
     assert after == take
     r = invoke("rerender", tmp_path, "1")
     assert r.exit_code == 2 and "no spec.json here" in r.output
+    r = invoke("rerender", tmp_path / "gone", "1")
+    assert r.exit_code == 2 and "no such album folder" in r.output and not (tmp_path / "gone").exists()
+    r = invoke("approve", out, "1", "0")
+    assert r.exit_code == 2 and r.output.strip() == "error: K 0: plan candidates are numbered from 1"
 
 
 # the shared album's first two tracks (same seeds and settings, so its renders are the reference), the first with

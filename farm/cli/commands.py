@@ -168,7 +168,7 @@ def rerender(
     abc: Annotated[Path | None, typer.Option("--abc", help="The score to render from (ABC text); default: the "
                                              "track's score.abc as you edited it.")] = None,
     plan: Annotated[int | None, typer.Option("--plan", help="Render from plan candidate K instead "
-                                             "(plans/K/score.abc; 1 is the plan stage's first).", min=1)] = None,
+                                             "(plans/K/score.abc; 1 is the plan stage's first).")] = None,
     address: AddressOpt = None,
     cluster: ClusterOpt = None,
     log_level: LogLevelOpt = "info",
@@ -185,7 +185,7 @@ def rerender(
 def approve(
     out: OutArg,
     track: TrackArg,
-    candidate: Annotated[int, typer.Argument(help="The plan candidate to go on with (plans/K/score.abc).", min=1)],
+    candidate: Annotated[int, typer.Argument(help="The plan candidate to go on with (plans/K/score.abc).")],
     address: AddressOpt = None,
     cluster: ClusterOpt = None,
     log_level: LogLevelOpt = "info",
@@ -194,7 +194,7 @@ def approve(
     from ..rerender import rerender as run
 
     _finished(interruptible(guarded, run, out, track, plan=candidate, address=address, cluster=cluster,
-                            log_level=log_level))
+                            log_level=log_level, plan_flag="K"))
 
 
 @app.command("dashboard")
