@@ -99,9 +99,9 @@ def prepare(album_path: Path | AlbumSpec, opts: RenderOptions, choose: tuple[str
     if not opts.force and not trackstore.is_album_folder(store, [j.key for j in jobs]):
         raise UserError(f"{flag} {store.url} holds files that are not this album's; choose an empty or new folder "
                         f"(--out), or pass --force to render into it anyway")
-    if choose is not None or any(store.exists(f"{t.folder}/{takes.TAKE}") for t in album.tracks):
-        # the scores chosen in the folder (and `choose`) replace the spec's: their tracks are checked again
-        jobs = album_jobs(takes.with_choices(store, album, choose), ckpt, identity, sampler, hold=opts.approve)
+    chosen = takes.with_choices(store, album, choose)
+    if chosen != album:       # scores chosen in the folder (or now) replace the spec's: their tracks are checked again
+        jobs = album_jobs(chosen, ckpt, identity, sampler, hold=opts.approve)
     return album, paths, ckpt, identity, jobs, store, opts
 
 

@@ -63,8 +63,6 @@ def check_candidate(store, spec, plan: int, flag: str) -> int:
         raise UserError(f"{flag} {plan}: the score of {spec.label} comes from the album spec, not a plan stage; "
                         f"edit it and rerender with --abc instead")
     have = takes.candidates(store, spec.folder)
-    if not have and store.exists(f"{spec.folder}/{artifacts.PLAN}") and takes.read_take(store, spec.folder) is None:
-        have = [1]                       # a plan stage that wrote one score: it is candidate 1
     if plan not in have:
         shown = ", ".join(map(str, have)) if have else "none yet (its plan stage has not run)"
         raise UserError(f"{flag} {plan}: {spec.label} has plan candidate(s) {shown}")

@@ -81,15 +81,20 @@ def _candidate_ids(store: Store, key: str, candidate: int):
 
 
 def candidates(store: Store, key: str) -> list[int]:
-    """The plan candidates a track has in `plans/`, ascending."""
+    """The plan candidates a track has, ascending: those in `plans/`, or — while a plan stage that wrote one score
+    still gives the track its score (no take.json) — that score, as candidate 1."""
     found = [int(n) for n in store.listdir(f"{key}/{PLANS}") if n.isdigit()]
-    return sorted(k for k in found if store.exists(candidate_path(key, k, artifacts.PLAN)))
+    kept = sorted(k for k in found if store.exists(candidate_path(key, k, artifacts.PLAN)))
+    if kept or read_take(store, key) is not None or not store.exists(f"{key}/{artifacts.PLAN}"):
+        return kept
+    return [1]
 
 
 def keep_lone_plan(store: Store, key: str, tokenizer) -> None:
     """Before the first choice: the plan stage's single score (root plan.npy, while the track's score still comes
     from the plan stage) becomes candidate 1, so it can be chosen again after an edit replaced it."""
-    if candidates(store, key) or read_take(store, key) is not None or not store.exists(f"{key}/{artifacts.PLAN}"):
+    if store.listdir(f"{key}/{PLANS}") or read_take(store, key) is not None \
+            or not store.exists(f"{key}/{artifacts.PLAN}"):
         return
     ids = artifacts.read_npy(store.read_bytes(f"{key}/{artifacts.PLAN}"))
     store.write_bytes(candidate_path(key, 1, artifacts.PLAN), artifacts.npy_bytes(ids))
