@@ -52,6 +52,9 @@ class Calibration:
     # gives the measured FP8/BF16 step time of the reference track's AR stages (1.04); an FP8 KV byte costs this many
     # BF16 bytes' time (the split kernel widens every page before its products; 8.70 vs 7.66 ms at 24 rows × 7,680).
     fp8_step_overhead_s: float = 4.4e-4
+    # NVFP4 weights: the same unfolded norms; the step's other costs are assumed to be FP8's until measured on the
+    # card (the [nvfp4] table of a calibration file)
+    nvfp4_step_overhead_s: float = 4.4e-4
     kvfp8_byte_cost: float = 2.41
     plan_step_overhead_s: float | None = None
     plan_track_step_overhead_s: float | None = None
@@ -63,6 +66,10 @@ class Calibration:
     def overlap(self) -> tuple[float, float]:
         """(AR, acoustic/decode) slowdowns while both kinds run on one card; each at least 1."""
         return max(1.0, self.overlap_ar_slowdown), max(1.0, self.overlap_other_slowdown)
+
+    def format_step_overhead(self, ar_format: str) -> float:
+        """What a step in a quantised AR weight format costs beyond its bytes (0 for the model's own dtype)."""
+        return 0.0 if ar_format == "bf16" else getattr(self, f"{ar_format}_step_overhead_s")
 
     def ar_overheads(self, stage: str) -> tuple[float, float]:
         """(per step, per track per step) overhead of an AR stage."""
@@ -83,6 +90,7 @@ _FIELDS = {  # TOML table.key -> Calibration field
     ("overlap", "ar_slowdown"): "overlap_ar_slowdown",
     ("overlap", "other_slowdown"): "overlap_other_slowdown",
     ("fp8", "step_overhead_s"): "fp8_step_overhead_s",
+    ("nvfp4", "step_overhead_s"): "nvfp4_step_overhead_s",
     ("kv_fp8", "byte_cost"): "kvfp8_byte_cost",
     ("plan", "step_overhead_s"): "plan_step_overhead_s",
     ("plan", "track_step_overhead_s"): "plan_track_step_overhead_s",

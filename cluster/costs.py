@@ -7,8 +7,8 @@ responsible for: memory (memory.py), choosing cards (placement.py), fitting the 
 The model (docs/model.md §6 and §12):
 - AR decode step for the jobs in a batch: overhead + max((weights + sum of KV read) / bandwidth, sum FLOP / bf16);
   the batch shares one read of the weights. Prefill: causal FLOP / bf16. Bytes are those of the step's formats
-  (workload.ModelShape.ar_format, kv_format); FP8 weights add the calibration's per-step overhead (the norms they
-  cannot fold), and an FP8 KV byte costs `kvfp8_byte_cost` weight bytes (it is widened before its products).
+  (workload.ModelShape.ar_format, kv_format); quantised weights add the calibration's per-step overhead for
+  their format (the norms they cannot fold, the widening of their values), and an FP8 KV byte costs `kvfp8_byte_cost` weight bytes (it is widened before its products).
 - acoustic: (prefill + 64 velocity evals of 2 L_n 1.4094 G + 28 * 4 L_n (L_a + L_n) 2048 FLOP) / bf16 rate.
 - decode: 57.7 GFLOP per second of audio, plus the halo frames decoded twice at inner tile edges (3 % at core
   1024), / FP32 rate.
@@ -75,8 +75,7 @@ def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibratio
     if stage not in AR_STAGES:
         return CardSpeed(0.0, 0.0, 0.0, 0.0, 1.0 / (rate * 1e12 * eff), cal.job_overhead_s)
     fixed, per_track = cal.ar_overheads(stage)
-    if model.ar_format != "bf16":     # quantised matrices cannot take the norms: their launches come back
-        fixed += cal.fp8_step_overhead_s
+    fixed += cal.format_step_overhead(model.ar_format)
     kv_cost = cal.kvfp8_byte_cost if model.kv_format != "bf16" else 1.0
     return CardSpeed(fixed, model.ar_step_weight_bytes, 1.0 / (spec.bandwidth_gbs * 1e9 * cal.ar_bandwidth_efficiency),
                      1.0 / (rate * 1e12 * cal.ar_compute_efficiency), 1.0 / (rate * 1e12 * eff), cal.job_overhead_s,

@@ -28,9 +28,10 @@ REFERENCE_SEMANTIC_TOKENS = 5371
 # prefix then holds prompt + ABC ids, as the reference runtime builds it (token_prefixes(request, tokenizer, abc)).
 DEFAULT_PROMPT_TOKENS = 300
 # The AR step's weight and KV-cache formats (stages/quant.py FORMATS, stages/kv_cache.py KV_FORMATS — the torch side's
-# copies; tests/test_facts.py checks they agree): bytes per value, None for the model's own dtype. An FP8 matrix also
-# keeps one FP32 scale per output channel; the embedding and the lm_head stay in the model's dtype.
-AR_FORMAT_BYTES = {"bf16": None, "fp8": 1}
+# copies; tests/test_facts.py checks they agree): bytes per value, None for the model's own dtype. A quantised matrix
+# also keeps one FP32 scale per output channel (NVFP4: and an e4m3 scale per 16 values, counted in its 0.5625); the
+# embedding and the lm_head stay in the model's dtype.
+AR_FORMAT_BYTES = {"bf16": None, "fp8": 1, "nvfp4": 0.5 + 1 / 16}
 KV_FORMAT_BYTES = {"bf16": None, "fp8": 1}
 
 
@@ -134,7 +135,7 @@ class ModelShape:
             return self.ar_linear_params * self.weight_bytes
         q, kv = self.heads * self.head_dim, self.kv_heads * self.head_dim
         channels = self.layers * (q + 2 * kv + self.hidden + 2 * self.intermediate + self.hidden)
-        return self.ar_linear_params * per_value + channels * 4
+        return int(self.ar_linear_params * per_value) + channels * 4
 
     @property
     def ar_step_weight_bytes(self) -> int:

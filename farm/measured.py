@@ -45,9 +45,12 @@ def ar_figures(report: dict) -> dict[str, float]:
 
 def song_figures(report: dict) -> dict[str, float]:
     """The whole track, and the acoustic and decode stages alone (issue 9's `acoustic_s`, `decode_s`); with
-    quantised AR weights only `song_s_quantized` (the other stages do not change)."""
-    if report["environment"].get("weight_format", "bf16") != "bf16":      # quantised AR: the track's time only
-        return {"song_s_quantized": report["environment"]["total_seconds"]}
+    quantised AR weights only the track's time, as `song_s_<format>` and `song_s_quantized` (the other stages do not
+    change)."""
+    fmt = report["environment"].get("weight_format", "bf16")
+    if fmt != "bf16":
+        return {f"song_s_{fmt}": report["environment"]["total_seconds"],
+                "song_s_quantized": report["environment"]["total_seconds"]}
     seconds = {r["stage"]: r["seconds"] for r in report["rows"]}
     tf32 = next((r for r in report.get("decode_precisions", []) if r["precision"] == "tf32"), {})
     return {"song_s": report["environment"]["total_seconds"], "acoustic_s": seconds.get("acoustic"),
@@ -57,8 +60,8 @@ def song_figures(report: dict) -> dict[str, float]:
 
 def quality_figures(report: dict) -> dict[str, float]:
     """quality_<phase>_tv_<variant> and quality_<phase>_top1_<variant>: each format against the BF16 engine
-    (variant: floor = the same weights through the plain forward, fp8, kvfp8, fp8_kvfp8)."""
-    names = {"bf16 (other path)": "floor", "fp8 weights": "fp8", "fp8 KV cache": "kvfp8",
+    (variant: floor = the same weights through the plain forward, fp8, nvfp4, kvfp8, fp8_kvfp8)."""
+    names = {"bf16 (other path)": "floor", "fp8 weights": "fp8", "nvfp4 weights": "nvfp4", "fp8 KV cache": "kvfp8",
              "fp8 weights + KV": "fp8_kvfp8"}
     out = {}
     for row in report["rows"]:

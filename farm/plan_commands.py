@@ -55,8 +55,8 @@ def estimated_prompt_tokens(track) -> int:
 
 
 def format_options(album: Path | None, ar_format: str | None, kv_cache: str | None) -> dict:
-    """PlanOptions fields for the AR formats: `ar_format` "auto" lets the planner choose between bf16 and fp8
-    (advice: a render runs the format it is given); None takes the album's (else bf16); likewise the KV cache."""
+    """PlanOptions fields for the AR formats: `ar_format` "auto" lets the planner choose among bf16, fp8 and
+    nvfp4 (advice: a render runs the format it is given); None takes the album's (else bf16); likewise the KV cache."""
     from stages.kv_cache import KV_FORMATS
     from stages.quant import FORMATS
 

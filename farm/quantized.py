@@ -41,7 +41,7 @@ def check_ar_checkpoint(ar_dir: str | Path, cfg, flag: str = "--ar-checkpoint") 
         raise UserError(f"{flag} {ar_dir}: not a directory")
     _library()
     fmt = read_format(path, cfg)
-    shapes = layout(cfg.model)
+    shapes = layout(cfg.model, fmt)
     check_layout(path / WEIGHTS_FILE, shapes, shapes)
     return fmt
 

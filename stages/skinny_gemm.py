@@ -23,6 +23,8 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
+from . import quant
+
 EPILOGUES = ("none", "add", "silu_mul")
 MAX_ROWS = 32        # the kernel's row tile: the AR step's slot count
 
@@ -34,6 +36,7 @@ class Tiling:
     split: int
     warps: int = 4
     stages: int = 4
+    fold: bool = False       # NVFP4: the 2¹⁴ of the code widening folded into the group and channel scales
 
 
 def fold_norm(w: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
@@ -42,11 +45,15 @@ def fold_norm(w: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
 
 
 def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
-              norm_eps: float | None = None, scale: torch.Tensor | None = None) -> torch.Tensor:
+              norm_eps: float | None = None, scale: torch.Tensor | None = None,
+              group: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K], w [N, K] ([2N, K] with gate rows first for silu_mul) → [M, N] in x's dtype. With norm_eps, x is
     RMS-normalised first and w already holds the norm's weight (fold_norm): the FP32 product is scaled by each
     row's factor before it is rounded. With scale ([N] FP32), w holds quantised values (quant.py) and the FP32
-    product is scaled by each output channel's scale before it is rounded."""
+    product is scaled by each output channel's scale before it is rounded; with group as well, w holds packed
+    NVFP4 codes and group their e4m3 group scales."""
+    if group is not None:
+        w = quant.dequantize(w, group, torch.ones_like(scale))
     if norm_eps is None and scale is None:
         y = F.linear(x, w)
     else:
@@ -67,13 +74,15 @@ def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual
 def linear(x: torch.Tensor, w, epilogue: str = "none", residual: torch.Tensor | None = None,
            norm_eps: float | None = None) -> torch.Tensor:
     """The op: our kernel on CUDA for up to MAX_ROWS rows of a shape `tiling` covers, `reference` elsewhere.
-    x [..., K]; w a matrix or a quantised (values, scale) pair (quant.py); residual (for "add") shaped like the
-    output; norm_eps as in `reference`."""
-    w, scale = w if isinstance(w, tuple) else (w, None)
+    x [..., K]; w a matrix or a quantised tuple (quant.py: fp8 (values, scale), nvfp4 (packed, group, scale));
+    residual (for "add") shaped like the output; norm_eps as in `reference`."""
+    group = scale = None
+    if isinstance(w, tuple):
+        w, group, scale = w if len(w) == 3 else (w[0], None, w[1])
     lead = x.shape[:-1]
     flat = x.reshape(-1, x.shape[-1])
     res = residual.reshape(flat.shape[0], -1) if residual is not None else None
-    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps, scale)
+    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps, scale, group)
     return out.reshape(*lead, out.shape[-1])
 
 
@@ -94,18 +103,26 @@ MEASURED = {
     (2048, 2048, "add", False, "fp8"): Tiling(64, 512, 4, 4, 3),       # o        4.4 µs (BF16 5.9)
     (6144, 2048, "silu_mul", False, "fp8"): Tiling(64, 256, 4, 4, 3),  # gate/up 16.3 µs (BF16 16.4)
     (2048, 6144, "add", False, "fp8"): Tiling(64, 256, 4, 4, 3),       # down     9.3 µs (BF16 9.6)
+    # NVFP4 weights (docs/measured/2026-12-01-h200-sweep-nvfp4.log): a quarter of the bytes, more time — widening
+    # e2m1 and its group scale costs more ALU work per byte than an H200 has (below)
+    (4096, 2048, "none", False, "nvfp4"): Tiling(64, 256, 4, 4, 4),    # q/k/v    8.05 µs
+    (2048, 2048, "add", False, "nvfp4"): Tiling(64, 256, 8, 4, 4),     # o        5.54 µs
+    (6144, 2048, "silu_mul", False, "nvfp4"): Tiling(64, 256, 8, 4, 4),  # gate/up 21.8 µs
+    (2048, 6144, "add", False, "nvfp4"): Tiling(64, 256, 8, 4, 4),     # down     (not swept: the call ran out)
 }
 
 
-def tiling(n: int, k: int, epilogue: str, norm: bool = False, fp8: bool = False) -> Tiling | None:
+def tiling(n: int, k: int, epilogue: str, norm: bool = False, fmt: str = "bf16") -> Tiling | None:
     """The tiles for an output width n and depth k: measured ones for the model's shapes, else a rule that gives
     about one program per SM; None when the shape does not divide into them (the op then runs the reference).
-    A folded norm needs the whole of K in one program (no split). FP8 weights have tiles of their own."""
-    key = (n, k, epilogue, norm) + (("fp8",) if fp8 else ())
+    A folded norm needs the whole of K in one program (no split). Quantised weights (fmt "fp8", "nvfp4") have
+    tiles of their own; an NVFP4 tile spans whole pairs of 16-value groups."""
+    key = (n, k, epilogue, norm) + ((fmt,) if fmt != "bf16" else ())
     if key in MEASURED:
         return MEASURED[key]
     block_n = 32 if n % 32 == 0 else 16
-    block_k = next((b for b in (128, 64, 32, 16) if k % b == 0), None)
+    sizes = (128, 64, 32) if fmt == "nvfp4" else (128, 64, 32, 16)
+    block_k = next((b for b in sizes if k % b == 0), None)
     if n % block_n or block_k is None:
         return None
     split = 1
@@ -125,19 +142,21 @@ def pdl(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, t: Tiling | None = None):
+def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, group=None, t: Tiling | None = None):
     from . import _skinny_gemm_triton as kern
 
     m, k = x.shape
     n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
     norm = norm_eps is not None
-    t = t or tiling(n, k, epilogue, norm, fp8=scale is not None)
+    fmt = "bf16" if scale is None else "fp8" if group is None else "nvfp4"
+    t = t or tiling(n, k, epilogue, norm, fmt)
     if m > MAX_ROWS and scale is not None and norm_eps is None:
         # a prefill's many rows: compute-bound, so the quantised matrix is widened once and cuBLAS runs
-        return reference(x, (w.float() * scale[:, None]).to(x.dtype), epilogue, residual)
-    if m > MAX_ROWS or t is None or (norm and t.split > 1) or x.stride(1) != 1 or w.stride(1) != 1 or (
-            residual is not None and residual.stride(1) != 1):
-        return reference(x, w, epilogue, residual, norm_eps, scale)
+        widened = quant.dequantize(w, scale) if group is None else quant.dequantize(w, group, scale)
+        return reference(x, widened.to(x.dtype), epilogue, residual)
+    if m > MAX_ROWS or t is None or (norm and (t.split > 1 or group is not None)) or x.stride(1) != 1 or (
+            w.stride(1) != 1) or (residual is not None and residual.stride(1) != 1):
+        return reference(x, w, epilogue, residual, norm_eps, scale, group)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = n // t.block_n
     part = count = out
@@ -148,24 +167,25 @@ def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, t: Tiling | Non
             _COUNTERS[key] = torch.zeros(tiles, dtype=torch.int32, device=x.device)
         count = _COUNTERS[key]
     res = residual if residual is not None else out
+    g = group if group is not None else out
     kern.skinny_gemm[(tiles, t.split)](
-        x, w, out, res, part, count, scale if scale is not None else out, m, n, x.stride(0), w.stride(0),
-        out.stride(0), res.stride(0), norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k, SPLIT=t.split,
-        EPI=EPILOGUES.index(epilogue), NORM=norm, SCALED=scale is not None, STAGES=t.stages, PDL=pdl(x.device),
-        num_warps=t.warps, launch_pdl=pdl(x.device))
+        x, w, out, res, part, count, scale if scale is not None else out, g, m, n, x.stride(0), w.stride(0),
+        out.stride(0), res.stride(0), g.stride(0), norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k,
+        SPLIT=t.split, EPI=EPILOGUES.index(epilogue), NORM=norm, SCALED=scale is not None, FP4=group is not None,
+        STAGES=t.stages, PDL=pdl(x.device), FOLD=t.fold, num_warps=t.warps, launch_pdl=pdl(x.device))
     return out
 
 
 def _register() -> None:
     @torch.library.custom_op("yue2::skinny_linear", mutates_args=())
     def _op(x: torch.Tensor, w: torch.Tensor, epilogue: str, residual: torch.Tensor | None,
-            norm_eps: float | None, scale: torch.Tensor | None) -> torch.Tensor:
-        return reference(x, w, epilogue, residual, norm_eps, scale)
+            norm_eps: float | None, scale: torch.Tensor | None, group: torch.Tensor | None) -> torch.Tensor:
+        return reference(x, w, epilogue, residual, norm_eps, scale, group)
 
     _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
-    def _(x, w, epilogue, residual, norm_eps, scale):
+    def _(x, w, epilogue, residual, norm_eps, scale, group):
         n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
         return x.new_empty(x.shape[0], n)
 

@@ -1,8 +1,8 @@
 """The AR decode step's weights, per format, and the two halves of a layer that read them.
 
 bf16 (the model's own dtype): the RMSNorm weights before q/k/v and gate/up folded into those matrices, so the
-skinny-GEMM op does the norm itself (`folded_head`, `folded_tail`). fp8: (values, scale) pairs (quant.py), read
-by the same op, with the norms run on their own (`plain_head`, `plain_tail`). Either way built once per model and
+skinny-GEMM op does the norm itself (`folded_head`, `folded_tail`). fp8 and nvfp4: quantised tuples (quant.py),
+read by the same op, with the norms run on their own (`plain_head`, `plain_tail`). Either way built once per model and
 format and kept on the model; a quantised AR checkpoint hands its own pairs in (`set_step_weights`).
 """
 from __future__ import annotations
@@ -18,15 +18,22 @@ def for_format(model: YuE2, weight_format: str = "bf16") -> list[BranchWeights]:
 
     bf16: each RMSNorm weight folded into the matrix after it (q/k/v, gate/up), so the skinny-GEMM op does the
     norm itself (an extra copy of those two matrices: 1.9 GB for yue2-3b); prefill keeps the plain weights.
-    fp8: every linear matrix as a (values, scale) pair (quant.py), norms not folded (a quantised checkpoint's
-    matrices cannot take the norm's weight without a second rounding); prefill runs these too."""
+    fp8, nvfp4: every linear matrix quantised (quant.py), norms not folded (a quantised checkpoint's matrices
+    cannot take the norm's weight without a second rounding); prefill runs these too. q, k and v are quantised
+    one by one and gate and up too, as a checkpoint holds them (NVFP4's global scale is per matrix)."""
     cache = model.__dict__.setdefault("_branches", {})
     key = f"ar-step-{weight_format}"
     if key not in cache:
         plain = branch_weights(model, AR)
-        if weight_format == "fp8":
-            q = quant.quantize_fp8
-            cache[key] = [replace(w, qkv=q(w.qkv), o=q(w.o), gate_up=q(w.gate_up), down=q(w.down)) for w in plain]
+        if weight_format != "bf16":
+            d = model.cfg
+            q_rows, kv_rows = d.num_attention_heads * d.head_dim, d.num_key_value_heads * d.head_dim
+
+            def q(w, rows):
+                return quant.cat([quant.quantize(part, weight_format) for part in w.split(list(rows))])
+            cache[key] = [replace(w, qkv=q(w.qkv, (q_rows, kv_rows, kv_rows)), o=q(w.o, (len(w.o),)),
+                                  gate_up=q(w.gate_up, (len(w.gate_up) // 2,) * 2), down=q(w.down, (len(w.down),)))
+                          for w in plain]
         else:
             cache[key] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
                                   gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm)) for w in plain]

@@ -29,6 +29,17 @@ def fp8_dir(tiny_ckpt_dir, tiny_cfg, tmp_path_factory):
                                              tmp_path_factory.mktemp("q") / "ar-fp8", "fp8")
 
 
+@pytest.fixture(scope="module")
+def nvfp4_dir(tiny_ckpt_dir, tiny_cfg, tmp_path_factory):
+    return ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg,
+                                             tmp_path_factory.mktemp("q") / "ar-nvfp4", "nvfp4")
+
+
+@pytest.fixture(params=["fp8", "nvfp4"])
+def quantized_dir(request):
+    return request.param, request.getfixturevalue(f"{request.param}_dir")
+
+
 def test_transformers_reads_our_fp8_checkpoint_as_a_compressed_qwen3(fp8_dir, tiny_cfg):
     """The ecosystem's reader (transformers with compressed-tensors) loads our directory as Qwen3ForCausalLM with
     FP8 weights equal to ours, and its W8A8 forward is close to our W8A16 step."""
@@ -55,16 +66,47 @@ def test_transformers_reads_our_fp8_checkpoint_as_a_compressed_qwen3(fp8_dir, ti
     assert (steps - reference).abs().max() < 0.1 * reference.abs().max()
 
 
+def test_transformers_reads_our_nvfp4_checkpoint_as_a_compressed_qwen3(nvfp4_dir, tiny_cfg):
+    """The same for NVFP4 W4A16: transformers + compressed-tensors keep our file's packed values and decompress
+    them (in BF16) to the matrices ours stand for, and their BF16 forward is close to our step."""
+    from compressed_tensors.compressors import NVFP4PackedCompressor
+    from transformers import AutoModelForCausalLM
+
+    hf = AutoModelForCausalLM.from_pretrained(nvfp4_dir, dtype=torch.bfloat16)     # it decompresses in BF16
+    assert type(hf).__name__ == "Qwen3ForCausalLM"
+    model, fmt = ar_checkpoint.load_quantized_ar(nvfp4_dir, tiny_cfg)
+    assert fmt == "nvfp4"
+    engine = AREngine(model, tiny_cfg.tokens, slots=2, kv_tokens=1024, weight_format="nvfp4")
+
+    def theirs(module):
+        stored = {k: getattr(module, k) for k in ("weight_packed", "weight_scale", "weight_global_scale")}
+        return NVFP4PackedCompressor.decompress(stored, module.quantization_scheme)["weight"].float()
+    for layer, ours in zip(hf.model.layers, engine.step_weights):
+        attn, mlp = layer.self_attn, layer.mlp
+        assert attn.q_proj.weight_packed.dtype == torch.uint8
+        for modules, mine in (((attn.q_proj, attn.k_proj, attn.v_proj), ours.qkv),
+                              ((mlp.gate_proj, mlp.up_proj), ours.gate_up), ((mlp.down_proj,), ours.down)):
+            torch.testing.assert_close(torch.cat([theirs(m) for m in modules]), quant.dequantize(*mine),
+                                       rtol=2 ** -8, atol=0)
+    ids = [256, 5, 9, 200, 33, 77, 1]
+    with torch.inference_mode():
+        reference = hf(torch.tensor([ids])).logits[0, 2:].float()
+        steps = torch.stack([engine.prefill(0, ids[:3])] + [engine.decode({0: t})[0] for t in ids[3:]])
+    assert (steps - reference).abs().max() < 0.05 * reference.abs().max()      # theirs runs in BF16
+
+
 @torch.inference_mode()
-def test_an_engine_on_the_checkpoint_equals_an_engine_quantising_the_mot(fp8_dir, tiny_ckpt_dir, tiny_cfg):
-    from_file = AREngine(ar_checkpoint.load_quantized_ar(fp8_dir, tiny_cfg)[0], tiny_cfg.tokens, slots=4,
-                         kv_tokens=2048, weight_format="fp8")
+def test_an_engine_on_the_checkpoint_equals_an_engine_quantising_the_mot(quantized_dir, tiny_ckpt_dir, tiny_cfg):
+    fmt, path = quantized_dir
+    from_file = AREngine(ar_checkpoint.load_quantized_ar(path, tiny_cfg)[0], tiny_cfg.tokens, slots=4,
+                         kv_tokens=2048, weight_format=fmt)
     mot = load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, HEAD})
-    on_load = AREngine(mot, tiny_cfg.tokens, slots=4, kv_tokens=2048, weight_format="fp8")
+    on_load = AREngine(mot, tiny_cfg.tokens, slots=4, kv_tokens=2048, weight_format=fmt)
     for a, b in zip(from_file.step_weights, on_load.step_weights):
         for name in ("qkv", "o", "gate_up", "down"):
-            torch.testing.assert_close(quant.dequantize(*getattr(a, name)), quant.dequantize(*getattr(b, name)),
-                                       rtol=0, atol=0)
+            for x, y in zip(getattr(a, name), getattr(b, name)):    # the stored values and scales themselves
+                assert x.dtype == y.dtype and torch.equal(x.view(torch.uint8) if x.element_size() == 1 else x,
+                                                          y.view(torch.uint8) if y.element_size() == 1 else y)
     s = Sampling(1.0, 0.95, 100, 1.2, 50, 30, 30)
     request = ARRequest("a", "semantic", (256, 40, 41, 42, 464), s, seed=7)
     (x,), (y,) = from_file.generate([request]), on_load.generate([request])
@@ -104,10 +146,27 @@ def test_a_checkpoint_that_does_not_fit_is_refused_naming_file_and_field(fp8_dir
     assert message in str(info.value) and str(bad) in str(info.value)
 
 
+@pytest.mark.parametrize("edit_config, edit_tensors, message", [
+    (lambda d: d["quantization_config"]["config_groups"]["group_0"]["weights"].update(group_size=32), None,
+     "FP4 weights with a scale per 16 values"),
+    (None, lambda t: t.pop("model.layers.0.mlp.up_proj.weight_global_scale"),
+     "missing tensor 'model.layers.0.mlp.up_proj.weight_global_scale'"),
+    (None, lambda t: t.update({"model.layers.1.self_attn.k_proj.weight_packed":
+                               t["model.layers.1.self_attn.k_proj.weight_packed"].to(torch.int8)}),
+     "'model.layers.1.self_attn.k_proj.weight_packed' is torch.int8, expected torch.uint8"),
+])
+def test_an_nvfp4_checkpoint_that_does_not_fit_is_refused(nvfp4_dir, tiny_cfg, tmp_path, edit_config, edit_tensors,
+                                                         message):
+    bad = _broken(nvfp4_dir, tmp_path, edit_config, edit_tensors)
+    with pytest.raises(CheckpointError) as info:
+        ar_checkpoint.load_quantized_ar(bad, tiny_cfg)
+    assert message in str(info.value) and str(bad) in str(info.value)
+
+
 def test_quantize_never_overwrites_and_knows_its_formats(fp8_dir, tiny_ckpt_dir, tiny_cfg, tmp_path):
     with pytest.raises(FileExistsError):
         ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg, fp8_dir)
-    with pytest.raises(CheckpointError, match="format must be one of fp8"):
+    with pytest.raises(CheckpointError, match="format must be one of fp8, nvfp4"):
         ar_checkpoint.quantize_checkpoint(tiny_ckpt_dir / "model", tiny_cfg, tmp_path / "x", "int3")
     assert not (tmp_path / "x").exists() and not list(tmp_path.glob(".x*"))
 

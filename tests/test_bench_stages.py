@@ -29,8 +29,8 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
 
 
 def test_bench_song_with_fp8_ar_weights_writes_only_the_quantised_key(tiny_ckpt_dir, tmp_path):
-    """--format fp8: the AR step reads FP8 weights; the track's time is `song_s_quantized` and the BF16 keys stay
-    as they were (the acoustic and decode stages do not change with the AR format)."""
+    """--format fp8: the AR step reads FP8 weights; the track's time is `song_s_fp8` and `song_s_quantized`, and the
+    BF16 keys stay as they were (the acoustic and decode stages do not change with the AR format)."""
     summary = tmp_path / "summary.json"
     summary.write_text(json.dumps({"song_s": {"value": 1.0, "gpu": "x", "date": "d", "command": "c"}}))
     r = CliRunner().invoke(app, ["bench", "song", "--model", str(tiny_ckpt_dir), "--device", "cpu",
@@ -38,8 +38,8 @@ def test_bench_song_with_fp8_ar_weights_writes_only_the_quantised_key(tiny_ckpt_
                                  "--summary", str(summary)])
     assert r.exit_code == 0, r.output
     keys = json.loads(summary.read_text())
-    assert set(keys) == {"song_s", "song_s_quantized"} and keys["song_s"]["value"] == 1.0
-    assert keys["song_s_quantized"]["value"] > 0 and "AR weights fp8" in r.output.replace("\n", " ")
+    assert set(keys) == {"song_s", "song_s_fp8", "song_s_quantized"} and keys["song_s"]["value"] == 1.0
+    assert keys["song_s_quantized"]["value"] == keys["song_s_fp8"]["value"] > 0 and "AR weights fp8" in r.output.replace("\n", " ")
 
 def test_a_faster_decode_is_another_song_only_when_asked():
     """decode_precision enters the decode stage's key only when it is not the default: albums rendered before the
@@ -82,10 +82,13 @@ def test_bench_quality_compares_every_format_with_the_bf16_engine(tiny_ckpt_dir,
                                  "--summary", str(summary)])
     assert r.exit_code == 0, r.output
     rows = {(row["variant"], row["phase"]): row for row in json.loads(report.read_text())["rows"]}
-    assert len(rows) == 8 and {p for _, p in rows} == {"plan", "semantic"}
+    assert len(rows) == 10 and {p for _, p in rows} == {"plan", "semantic"}
     assert all(rows[("bf16 (other path)", p)]["mean_tv"] < 1e-4 for p in ("plan", "semantic"))
-    assert all(rows[(v, p)]["mean_tv"] > 1e-4 for v in ("fp8 weights", "fp8 KV cache") for p in ("plan", "semantic"))
+    assert all(rows[(v, p)]["mean_tv"] > 1e-4 for v in ("fp8 weights", "nvfp4 weights", "fp8 KV cache")
+               for p in ("plan", "semantic"))
+    assert all(rows[("nvfp4 weights", p)]["mean_tv"] > rows[("fp8 weights", p)]["mean_tv"] for p in ("plan", "semantic"))
     assert rows[("fp8 weights", "plan")]["positions"] == 24 and rows[("fp8 weights", "semantic")]["positions"] == 40
     keys = json.loads(summary.read_text())
     assert keys["quality_semantic_tv_fp8"]["value"] == round(rows[("fp8 weights", "semantic")]["mean_tv"], 4)
-    assert "RANDOM weights" in r.output and "3.8%" in r.output
+    assert keys["quality_semantic_tv_nvfp4"]["value"] == round(rows[("nvfp4 weights", "semantic")]["mean_tv"], 4)
+    assert "RANDOM weights" in r.output and "3.8%" in r.output and "6.3%" in r.output

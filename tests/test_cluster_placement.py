@@ -221,6 +221,19 @@ def test_fp8_ar_weights_are_chosen_on_a_bandwidth_poor_card_not_on_an_h200():
     assert "AR weights fp8, KV cache bf16" in poor.describe()
 
 
+def test_nvfp4_is_chosen_on_a_bandwidth_poor_card_when_allowed():
+    """All three formats allowed: a 5060 Ti (448 GB/s) runs NVFP4 (fewest bytes), and a profile forbidding it falls
+    back to FP8 there."""
+    tracks = album_tracks(4, seed=0)
+    card = [device_from_spec(lookup("RTX 5060 Ti"), "desk", 0)]
+    chosen = plan(card, tracks, PlanOptions(ar_formats=("bf16", "fp8", "nvfp4")))
+    assert chosen.ar_format == "nvfp4" and "AR weights nvfp4 on every AR card" in chosen.reasons[-1]
+    only = {f: plan(card, tracks, PlanOptions(ar_formats=(f,))).makespan_s for f in ("bf16", "fp8", "nvfp4")}
+    assert only["nvfp4"] < only["fp8"] < only["bf16"]
+    without = plan(card, tracks, PlanOptions(ar_formats=("bf16", "fp8", "nvfp4"), forbidden_formats=("nvfp4",)))
+    assert without.ar_format == "fp8" and "profile forbids nvfp4" in without.reasons[-1]
+
+
 def test_a_profile_forbids_a_format(tmp_path):
     text = ('name = "desk"\nforbid_ar_formats = ["fp8"]\n[[nodes]]\nname = "desk"\ncpus = 8\n'
             'gpus = ["RTX 5060 Ti"]\n')
@@ -237,16 +250,23 @@ def test_a_profile_forbids_a_format(tmp_path):
 
 
 def test_formats_change_the_bytes_the_models_count():
-    """FP8 weights: the step reads 2.17 GB instead of 3.58 (the lm_head stays BF16), and the card keeps quantised
-    copies instead of folded ones; an FP8 cache halves the AR engines' KV but not the acoustic stage's prefix K/V."""
+    """FP8 weights: the step reads 2.17 GB instead of 3.58 (the lm_head stays BF16), NVFP4 1.55 GB (half a byte per
+    value, an e4m3 scale per 16), and the card keeps quantised copies instead of folded ones; an FP8 cache halves the
+    AR engines' KV but not the acoustic stage's prefix K/V."""
     from cluster.memory import group_bytes
 
     bf16, fp8 = ModelShape.yue2_3b(), ModelShape.yue2_3b().with_formats("fp8", "fp8")
+    nvfp4 = ModelShape.yue2_3b().with_formats("nvfp4")
     assert round(bf16.ar_step_weight_bytes / 1e9, 2) == 3.58 and round(fp8.ar_step_weight_bytes / 1e9, 2) == 2.17
+    assert round(nvfp4.ar_step_weight_bytes / 1e9, 2) == 1.55
+    # the lm_head (0.76 GB) and the norms are the same in every format; the matrices are 2 : 1 : 0.5625 (+ scales)
+    matrices = {f: m.ar_step_matrix_bytes for f, m in (("bf16", bf16), ("fp8", fp8), ("nvfp4", nvfp4))}
+    assert abs(matrices["nvfp4"] / matrices["bf16"] - 0.5625 / 2) < 0.002
     assert fp8.ar_kv_bytes_per_token * 2 == bf16.ar_kv_bytes_per_token == fp8.kv_bytes_per_token == 112 * 1024
     assert round(group_bytes(bf16, "ar_step") / 1e9, 2) == 1.88 and round(group_bytes(fp8, "ar_step") / 1e9, 2) == 1.41
+    assert round(group_bytes(nvfp4, "ar_step") / 1e9, 2) == 0.80
     with pytest.raises(ValueError, match="unknown AR weight format"):
-        bf16.with_formats("nvfp4")
+        bf16.with_formats("int3")
 
 
 def test_farm_plan_advises_a_format_and_takes_the_albums(tmp_path):

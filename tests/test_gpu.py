@@ -149,20 +149,24 @@ def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, eps):
     assert torch.equal(run(x[:1], None if res is None else res[:1])[0], got[0])
 
 
+@pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
 @pytest.mark.parametrize("n,k,epilogue", [(4096, 2048, "none"), (2048, 2048, "add"), (6144, 2048, "silu_mul"),
                                           (2048, 6144, "add")])
-def test_fp8_skinny_gemm_matches_the_dequantised_product(n, k, epilogue):
-    """FP8 weights (quant.py) on the yue2-3b shapes: the kernel equals the FP32 product with the FP8 values and
-    per-channel scales to BF16 rounding, repeats bit for bit, and a row's result does not depend on the others."""
+def test_quantised_skinny_gemm_matches_the_dequantised_product(n, k, epilogue, fmt):
+    """FP8 and NVFP4 weights (quant.py) on the yue2-3b shapes: the kernel equals the FP32 product with the
+    quantised values and their scales to BF16 rounding, repeats bit for bit, and a row's result does not depend on
+    the others."""
     from stages import quant, skinny_gemm as sg
 
     g = torch.Generator(device="cuda").manual_seed(n + k + 1)
     rows = 2 * n if epilogue == "silu_mul" else n
-    pair = quant.quantize_fp8(torch.randn(rows, k, device="cuda", generator=g) * 0.02)
+    pair = quant.quantize(torch.randn(rows, k, device="cuda", generator=g) * 0.02, fmt)
+    assert sg.tiling(n, k, epilogue, fmt=fmt) is not None
     x = torch.randn(32, k, device="cuda", generator=g).bfloat16()
     res = torch.randn(32, n, device="cuda", generator=g).bfloat16() if epilogue == "add" else None
     got = sg.linear(x, pair, epilogue, res)
-    want = sg.reference(x, pair[0], epilogue, res, scale=pair[1])          # FP32 maths, one rounding
+    group = pair[1] if fmt == "nvfp4" else None
+    want = sg.reference(x, pair[0], epilogue, res, scale=pair[-1], group=group)   # FP32 maths, one rounding
     scale = want.float().abs().mean().item()
     assert (got.float() - want.float()).abs().max().item() <= 0.02 * max(scale, 1e-3) + 0.02
     assert torch.equal(got, sg.linear(x, pair, epilogue, res))

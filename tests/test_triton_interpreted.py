@@ -53,6 +53,30 @@ FP8_GEMM = textwrap.dedent("""
 """)
 
 
+NVFP4_GEMM = textwrap.dedent("""
+    import torch
+    from stages import quant, skinny_gemm as sg
+    torch.manual_seed(0)
+    cases = [(5, 128, 256, "none", sg.Tiling(32, 64, 1)), (32, 64, 512, "add", sg.Tiling(32, 128, 2)),
+             (3, 64, 256, "silu_mul", sg.Tiling(16, 32, 2)), (9, 32, 512, "none", sg.Tiling(32, 256, 1)),
+             (4, 64, 512, "silu_mul", sg.Tiling(32, 128, 2, fold=True))]
+    for m, n, k, epilogue, t in cases:
+        x = torch.randn(m, k)
+        w = torch.randn(2 * n if epilogue == "silu_mul" else n, k) * torch.logspace(-2, 0, k)   # groups of all sizes
+        packed, group, scale = quant.quantize_nvfp4(w)
+        res = torch.randn(m, n) if epilogue == "add" else None
+        want = sg.reference(x, packed, epilogue, res, scale=scale, group=group)
+        got = sg._launch(x, packed, epilogue, res, scale=scale, group=group, t=t)
+        # each weight is exact in FP16; x is rounded to FP16's 11 bits here (exact for BF16 activations on a GPU)
+        assert (got - want).abs().max() <= 2e-3 * want.abs().max(), (m, n, k, epilogue, t)
+        assert torch.equal(got, sg._launch(x, packed, epilogue, res, scale=scale, group=group, t=t))
+        other = x.clone()
+        other[1:] = torch.randn(m - 1, k)
+        assert torch.equal(sg._launch(other, packed, epilogue, res, scale=scale, group=group, t=t)[0], got[0])
+    print("ok", len(cases))
+""")
+
+
 PAGED_ATTENTION = textwrap.dedent("""
     import torch
     from stages import paged_attention as pa
@@ -103,6 +127,12 @@ def test_skinny_gemm_kernel():
 def test_fp8_skinny_gemm_kernel():
     """FP8 weights with per-channel scales (quant.py): the FP16 MMA, split-K and the epilogues."""
     assert _interpret(FP8_GEMM).startswith("ok 3")
+
+
+def test_nvfp4_skinny_gemm_kernel():
+    """NVFP4 weights (quant.py): the nibbles widened to FP16 with their group scales, two MMAs per tile (even and
+    odd columns), split-K and the epilogues; rows never mix."""
+    assert _interpret(NVFP4_GEMM).startswith("ok 5")
 
 
 def test_paged_attention_kernels():

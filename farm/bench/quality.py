@@ -2,7 +2,7 @@
 
 The BF16 engine samples a plan (ABC) and a semantic sequence for the bench track (forced lengths, its conditional
 branch only). Then every variant — the plain forward (the same BF16 weights through another kernel path: the
-numerical floor), FP8 weights, an FP8 KV cache, both — is teacher-forced over those sequences, and at every
+numerical floor), FP8 weights, NVFP4 weights, an FP8 KV cache, FP8 weights with it — is teacher-forced over those sequences, and at every
 generated position its distribution over the phase's allowed ids is compared with the BF16 engine's: top-1
 agreement, the mean negative log-likelihood of the sampled ids (beside BF16's own), and the total-variation
 distance. Top-1 agreement says little for the semantic phase (its distributions are nearly flat); TV is the number
@@ -19,8 +19,8 @@ from .song import BENCH_STYLE, bench_lyrics, environment
 # 17,931 semantic positions): semantic TV per format, and plan top-1 agreement.
 PUBLISHED = {"semantic_tv": {"bf16 (other path)": 0.012, "fp8 weights": 0.038, "nvfp4 weights": 0.063},
              "plan_top1_at_least": 0.996}
-VARIANTS = (("bf16 (other path)", None), ("fp8 weights", ("fp8", "bf16")), ("fp8 KV cache", ("bf16", "fp8")),
-            ("fp8 weights + KV", ("fp8", "fp8")))
+VARIANTS = (("bf16 (other path)", None), ("fp8 weights", ("fp8", "bf16")), ("nvfp4 weights", ("nvfp4", "bf16")),
+            ("fp8 KV cache", ("bf16", "fp8")), ("fp8 weights + KV", ("fp8", "fp8")))
 
 
 def run_quality_bench(*, model: str, vae: str | None, device: str, plan_tokens: int, semantic_tokens: int,

@@ -34,7 +34,8 @@ def quantize(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
     weight_format: Annotated[str, typer.Option("--format", help="fp8: FP8 weights, one scale per output channel "
-                                               "(compressed-tensors FP8_DYNAMIC, W8A8).")] = "fp8",
+                                               "(compressed-tensors FP8_DYNAMIC, W8A8); nvfp4: FP4 weights, an "
+                                               "FP8 scale per 16 values (NVFP4A16, W4A16).")] = "fp8",
 ) -> None:
     """Write the AR half of a checkpoint as a quantised Qwen3-shaped checkpoint in the compressed-tensors format
     (for `--ar-checkpoint`, and readable by transformers)."""

@@ -39,10 +39,11 @@ VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when -
 KvOpt = Annotated[str, typer.Option("--kv-cache", help="The AR KV cache: bf16 (the model's dtype) or fp8 (e4m3: "
                                     "half the bytes a step reads; other songs).")]
 ArFormatOpt = Annotated[str, typer.Option("--format", "--ar-format", help="The AR step's weights: bf16 (the model's "
-                                         "own) or fp8 (quantised per output channel when the engine starts).")]
+                                         "own), fp8 (one scale per output channel) or nvfp4 (FP4, a scale per 16 "
+                                         "values), quantised when the engine starts.")]
 # farm song / render: the AR weights' format, or None for the album's (else bf16, or the AR checkpoint's)
-ArFormatFlag = Annotated[str | None, typer.Option("--ar-format", help="The AR step's weights: bf16 or fp8 (the "
-                                                  "model's own, quantised when the engines load; other songs). "
+ArFormatFlag = Annotated[str | None, typer.Option("--ar-format", help="The AR step's weights: bf16, fp8 or nvfp4 "
+                                                  "(the model's own, quantised when the engines load; other songs). "
                                                   "Default: the album's ar_format, else bf16, or the "
                                                   "--ar-checkpoint's format.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
