@@ -1,5 +1,5 @@
 """`farm bench ar` end to end on the tiny checkpoint (CPU): the command runs, reports every point it was asked
-for, finds the engine batch-invariant, and writes the headline keys into a summary file. (Its timings mean nothing
+for, finds the engine batch-invariant, profiles a step, and writes the headline keys into a summary file. (Its timings mean nothing
 here; the H200 figures are in docs/benchmarks.md.)"""
 from __future__ import annotations
 
@@ -21,6 +21,10 @@ def test_bench_ar_reports_points_invariance_numerics_and_summary(tiny_ckpt_dir, 
     assert [(x["scenario"], x["rows"]) for x in data["rows"]] == [
         (s, n) for s in ("prompt-450", "plan-ref", "semantic-ref") for n in (1, 3)]
     assert data["invariance"]["identical"]
+    # where the step's time goes: the fewest rows at the prompt, the most at the semantic context
+    assert [(p["rows"], p["kind"]) for p in data["profiles"]] == [(1, "plan"), (3, "semantic")]
+    assert all(p["kernels_us"] > 0 and p["steps"] == 3 * 16 for p in data["profiles"])
+    assert "step profile, 1 row(s) of plan" in r.output
     assert data["numerics"]["fast_step"]["max_abs"] < 1e-4          # tiny is FP32: the step equals the forward
     keys = json.loads(summary.read_text())
     assert keys["song_s"]["value"] == 1.0                             # kept

@@ -16,6 +16,7 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+from .profile import print_profile, profile_step
 from .song import environment
 
 ROWS = (1, 2, 4, 8, 12, 16, 24, 32)
@@ -91,7 +92,9 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
               "engine_build_seconds": build_seconds, "rows": table,
               "invariance": batch_invariance(engine, cfg), "kernel": kernel_vs_sdpa(engine, cfg) if cuda else None,
               "gemm": gemm_vs_cublas(engine) if cuda and weight_format == "bf16" else None,
-              "numerics": numerics(engine, ckpt, device, numerics_tokens)}
+              "numerics": numerics(engine, ckpt, device, numerics_tokens),
+              "profiles": [profile_step(engine, cfg, ctx=ctx, kind=kind, rows=b)
+                           for b, (_, ctx, kind) in ((min(rows), scenarios[0]), (max(rows), scenarios[-1]))]}
     print_report(report)
     if json_out:
         Path(json_out).write_text(json.dumps(report, indent=2, default=str) + "\n")
@@ -332,6 +335,8 @@ def print_report(r: dict) -> None:
                       f"rows, mean of {g['layers']} layers: skinny kernel {g['ours_us']:.1f} µs "
                       f"({g['bytes_per_layer'] / g['ours_us'] / 1e6:.2f} TB/s) vs cuBLAS + separate epilogue "
                       f"{g['cublas_us']:.1f} µs ({g['bytes_per_layer'] / g['cublas_us'] / 1e6:.2f} TB/s)")
+    for p in r.get("profiles", []):
+        print_profile(p, console)
     n = r["numerics"]
     for name in ("fast_step", "plain_bf16"):
         d = n[name]

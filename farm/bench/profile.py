@@ -1,0 +1,76 @@
+"""Where one AR step's time goes: the kernels of the engine's replayed block, by kind, against the step's wall time.
+
+A few forced-length requests are admitted and one captured block (`engine.block` steps) is replayed under the
+PyTorch profiler (CUPTI sees the kernels inside a CUDA graph). Kernel times are summed per name and per kind and
+divided by the steps of the block; what the kernels do not cover of the step's wall time is the launch gaps (and
+the host's read-back at the end of the block). The kinds follow the kernels' names: ours carry their Triton
+function names; the lm_head is cuBLAS; the sampler is Inductor's kernels and PyTorch's top-k and sort. Not
+responsible for the floors (ar.py).
+"""
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+
+# (kind, pattern on the kernel name), first match wins
+KINDS = (("GEMMs of the layers (skinny)", r"skinny_gemm"),
+         ("decode attention", r"split_kv_attention|merge_and_store|decode_stack"),
+         ("lm_head (cuBLAS)", r"gemm|gemv|nvjet|cutlass|xmma|cublas"),
+         ("top-k / sort", r"topk|sort|radix|Sort|gatherTopK|bitonic"),
+         ("other (sampler pieces, embedding, norms, copies)", r""))
+
+
+def kind_of(name: str) -> str:
+    return next(kind for kind, pattern in KINDS if re.search(pattern, name))
+
+
+def profile_step(engine, cfg, *, ctx: int, kind: str, rows: int, blocks: int = 3) -> dict:
+    """Kernels per step of `rows` live requests at context `ctx`: {kind: µs, count}, the top names, the wall time."""
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    from .ar import bench_request
+
+    cuda = engine.device.type == "cuda"
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    tokens = (blocks + 3) * engine.block
+    for i in range(rows):
+        engine.admit(bench_request(cfg, f"profile-{rows}-{i}", ctx, kind, tokens, seed=100 + i))
+    engine.step()                                           # warm
+    sync()
+    with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
+        start = time.perf_counter()
+        for _ in range(blocks):
+            engine.step()
+        sync()
+        wall = time.perf_counter() - start
+    while engine.live:                                      # finish the requests: the engine is reused
+        engine.step()
+    steps = blocks * engine.block
+    per_name: dict[str, list[float]] = defaultdict(lambda: [0.0, 0])
+    for event in prof.events():    # on a CPU (tests): the top-level operators stand in for kernels
+        kernel = event.device_type == torch.autograd.DeviceType.CUDA if cuda else event.cpu_parent is None
+        if kernel and not event.name.startswith("Memcpy"):
+            per_name[event.name][0] += event.device_time if cuda else event.cpu_time_total
+            per_name[event.name][1] += 1
+    by_kind: dict[str, list[float]] = {k: [0.0, 0] for k, _ in KINDS}
+    for name, (us, count) in per_name.items():
+        by_kind[kind_of(name)][0] += us
+        by_kind[kind_of(name)][1] += count
+    top = sorted(per_name.items(), key=lambda item: -item[1][0])[:20]
+    kernels_us = sum(us for us, _ in by_kind.values()) / steps
+    return {"rows": rows, "context": ctx, "kind": kind, "steps": steps, "step_us": wall / steps * 1e6,
+            "kernels_us": kernels_us,
+            "kinds": {k: {"us": us / steps, "per_step": n / steps} for k, (us, n) in by_kind.items()},
+            "top": [{"name": name[:90], "us": us / steps, "per_step": n / steps} for name, (us, n) in top]}
+
+
+def print_profile(p: dict, console) -> None:
+    console.print(f"step profile, {p['rows']} row(s) of {p['kind']} at {p['context']} keys ({p['steps']} replayed "
+                  f"steps): wall {p['step_us']:.0f} µs per step, kernels {p['kernels_us']:.0f} µs, gaps and "
+                  f"read-back {p['step_us'] - p['kernels_us']:.0f} µs")
+    for kind, k in p["kinds"].items():
+        console.print(f"  {kind:<52} {k['us']:8.1f} µs  {k['per_step']:6.1f} kernels")
+    for t in p["top"]:
+        console.print(f"    {t['us']:8.1f} µs  ×{t['per_step']:5.1f}  {t['name']}")
