@@ -8,7 +8,8 @@ The model (docs/model.md §6 and §12):
 - AR decode step for the jobs in a batch: overhead + max((weights + sum of KV read) / bandwidth, sum FLOP / bf16);
   the batch shares one read of the weights. Prefill: causal FLOP / bf16. Bytes are those of the step's formats
   (workload.ModelShape.ar_format, kv_format); quantised weights add the calibration's per-step overhead for
-  their format (the norms they cannot fold, the widening of their values), and an FP8 KV byte costs `kvfp8_byte_cost` weight bytes (it is widened before its products).
+  their format (the norms they cannot fold, the widening of their values), and an FP8 KV byte costs
+  `kvfp8_byte_cost` weight bytes (it is widened before its products).
 - acoustic: (prefill + 64 velocity evals of 2 L_n 1.4094 G + 28 * 4 L_n (L_a + L_n) 2048 FLOP) / bf16 rate.
 - decode: 57.7 GFLOP per second of audio, plus the halo frames decoded twice at inner tile edges (3 % at core
   1024), / FP32 rate.

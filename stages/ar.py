@@ -16,12 +16,14 @@ Hardware choices (device, dtype, graphs, torch.compile) are made by whoever buil
 """
 from __future__ import annotations
 
+import functools
 import time
 from collections import deque
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from . import fast_sampling, quant, sampling, skinny_gemm, step_weights
 from .compiled import compiled
@@ -29,7 +31,7 @@ from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
 from .protocol import check_context
-from .transformer import AR, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits, rope_tables
+from .transformer import AR, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits, rms_norm, rope_tables
 
 STEP_SLOTS = 32      # rows of every step: one shape everywhere, so the sequential path and the farm agree
 SAMPLERS = ("fast", "exact")
@@ -107,10 +109,11 @@ class AREngine:
         self.weights = branch_weights(model, AR) if self.folded else self.step_weights
         self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
         self._head, self._tail = step_weights.layer_halves(self.folded)
-        self._draw = fast_sampling.draw
+        self._best, self._norm = fast_sampling.best, rms_norm
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
-            self._draw, self._head, self._tail = (_compiled(fast_sampling.draw), _compiled(self._head),
-                                                  _compiled(self._tail))
+            self._best, self._norm, self._head, self._tail = (
+                _compiled(fast_sampling.best), _compiled(rms_norm), _compiled(self._head), _compiled(self._tail))
+        self.variants = _variants(layout, cfg.vocab_size)
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
             self._capture()
@@ -205,7 +208,7 @@ class AREngine:
     # ---- the device step ------------------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, go: torch.Tensor) -> torch.Tensor:
         """One token per slot at its position; slots with `go` false read and write nothing.
-        tokens, positions [S] int64, go [S] bool → logits [S, V] (model dtype)."""
+        tokens, positions [S] int64, go [S] bool → the last hidden state after the final norm [S, H]."""
         kv = self.kv
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
@@ -215,33 +218,44 @@ class AREngine:
             out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens,
                                    self.dims.eps)
             x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
-        return logits(self.model, x[:, 0])
+        return self._norm(x[:, 0], self.model.model.norm.weight, self.dims.eps)
 
-    def _feed(self) -> None:
-        """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits`."""
+    def _feed(self, heads=None) -> None:
+        """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits`, in
+        the spans of the vocabulary `heads` names (all of it by default; stale elsewhere)."""
         go = self.table.active
-        self.next_logits.copy_(self.forward(self.tokens, self.lengths, go))
+        hidden = self.forward(self.tokens, self.lengths, go)
+        weight = self.model.lm_head.weight
+        for a, b in heads or ((0, self.cfg.vocab_size),):
+            self.next_logits[:, a:b] = F.linear(hidden, weight[a:b])
         self.lengths.add_(go.long())
 
-    def _device_step(self, j: int) -> None:
-        """Draw for every slot, record the draws in row j of `drawn`, book them, feed them back."""
+    def _device_step(self, j: int, variant: "_Variant") -> None:
+        """Draw for every slot, record the draws in row j of `drawn`, book them, feed them back (an unconditional
+        slot is fed, and goes on or stops with, its conditional slot's draw). `variant`: the spans of the
+        vocabulary the live phases need."""
         t = self.table
-        drawn = self._draw(self.next_logits, t)
-        self.drawn[j].copy_(torch.where(t.active & t.is_cond, drawn, torch.full_like(drawn, -1)))
-        fast_sampling.advance(t, drawn)
-        self.tokens.copy_(drawn.index_select(0, t.owner))
-        self._feed()
+        (a, b), *second = variant.spans
+        values, ids = self._best(self.next_logits[:, a:b], t, a)
+        if second:      # a row draws among its own phase's span, whatever else shares the step
+            (c, d), = second
+            other, other_ids = self._best(self.next_logits[:, c:d], t, c)
+            theirs = ((t.end >= c) & (t.end < d))[:, None]
+            values, ids = torch.where(theirs, other, values), torch.where(theirs, other_ids, ids)
+        drawn, go = fast_sampling.pick(values, ids, t, self.drawn[j])
+        torch.index_select(go, 0, t.owner, out=t.active)
+        torch.index_select(drawn, 0, t.owner, out=self.tokens)
+        self._feed(variant.spans)
 
     def _capture(self) -> None:
         """Graphs, captured while no request lives: `block` fast steps, and one plain feed (exact / teacher forcing).
         Warm-up runs first on a side stream (torch.compile compiles there)."""
         pool = torch.cuda.graph_pool_handle()
-        runs = {"feed": self._feed,
-                "block": lambda: [self._device_step(j) for j in range(self.block)]}
+        runs = {"feed": self._feed}
+        if self.sampler == "fast":
+            runs.update({v.name: functools.partial(self._block, v) for v in set(self.variants.values())})
         with torch.inference_mode():
             for name, fn in runs.items():
-                if name == "block" and self.sampler != "fast":
-                    continue
                 stream = torch.cuda.Stream()
                 stream.wait_stream(torch.cuda.current_stream())
                 with torch.cuda.stream(stream):
@@ -255,14 +269,17 @@ class AREngine:
             self.lengths.zero_()
             self.drawn.fill_(-1)
 
-    def _run(self, name: str) -> None:
+    def _block(self, variant: "_Variant") -> None:
+        for j in range(self.block):
+            self._device_step(j, variant)
+
+    def _run(self, name: str, variant: "_Variant | None" = None) -> None:
         if name in self.graphs:
             self.graphs[name].replay()
         elif name == "feed":
             self._feed()
         else:
-            for j in range(self.block):
-                self._device_step(j)
+            self._block(variant)
 
     # ---- decoding -------------------------------------------------------------------------------------------
     @torch.inference_mode()
@@ -274,7 +291,8 @@ class AREngine:
         return self._fast_block() if self.sampler == "fast" else self._exact_step()
 
     def _fast_block(self) -> list[ARResult]:
-        self._run("block")
+        variant = self.variants[frozenset(live.request.phase for live in self.live)]
+        self._run(variant.name, variant)
         self.drawn_host.copy_(self.drawn, non_blocking=True)
         _sync(self.device)
         rows = self.drawn_host.tolist()
@@ -369,6 +387,27 @@ class AREngine:
                 raise RuntimeError(f"{waiting[0].key}: does not fit this engine's KV cache")
             results.extend(self.step())
         return results
+
+
+@dataclass(frozen=True)
+class _Variant:
+    """What a step computes for one set of live phases: the lm_head and the draw over `spans` of the vocabulary,
+    each its own product and its own top-k. A row's logits and candidates always come from its own phase's span, in
+    one shape, so they never depend on which other phases share the step."""
+    name: str
+    spans: tuple[tuple[int, int], ...]      # one, or two: the plan span first
+
+
+def _variants(layout: TokenLayout, vocab: int) -> dict[frozenset, _Variant]:
+    """A step with only plan rows reads the lm_head's plan span (82 % of the yue2-3b vocabulary) and draws over
+    it; only semantic rows, the codec span (18 %); both, the two. Where the spans cannot be drawn over apart
+    (`fast_sampling.window`) or overlap, every step reads the whole lm_head."""
+    plan, semantic = (fast_sampling.window(p, layout) for p in ("plan", "semantic"))
+    keys = [frozenset({"plan"}), frozenset({"semantic"}), frozenset({"plan", "semantic"})]
+    if plan is None or semantic is None or not (plan[1] <= semantic[0] or semantic[1] <= plan[0]):
+        return dict.fromkeys(keys, _Variant("block", ((0, vocab),)))
+    return dict(zip(keys, (_Variant("block-plan", (plan,)), _Variant("block-semantic", (semantic,)),
+                           _Variant("block-both", (plan, semantic)))))
 
 
 _COMPILED: dict = {}

@@ -21,6 +21,7 @@ from dataclasses import dataclass
 import torch
 
 from .config import ConfigError, Sampling
+from .sampling import allowed_range, end_id
 
 CANDIDATES = 256     # the widest top_k the fast sampler takes
 WINDOW_MAX = 256     # the longest repetition-penalty window it takes
@@ -105,29 +106,58 @@ class SlotTable:
         self.counts[slot].zero_()
 
 
-def scores(logits: torch.Tensor, t: SlotTable) -> torch.Tensor:
-    """logits [S, V] (model dtype) → FP32 scores after CFG, allowed ids, min_tokens, penalty and temperature."""
+def scores(logits: torch.Tensor, t: SlotTable, first: int = 0) -> torch.Tensor:
+    """logits [S, W] (model dtype) of the ids first … first + W − 1 → FP32 scores after CFG, allowed ids,
+    min_tokens, penalty and temperature. A span narrower than the vocabulary (`window`) must hold every id its
+    rows may emit and start at 0 or at their end id, which is never booked into a window."""
     c = logits
     u = logits.index_select(0, t.partner)
     mixed = (u.float() + (t.cfg_scale[:, None] * (c - u).float()).to(c.dtype).float()).to(c.dtype)
     x = torch.where(t.use_cfg[:, None], mixed, c).float()
-    ids = torch.arange(x.shape[1], device=x.device)[None]
+    ids = torch.arange(first, first + x.shape[1], device=x.device)[None]
     end = ids == t.end[:, None]
     allowed = ((ids >= t.lo[:, None]) & (ids < t.hi[:, None])) | end
     allowed = allowed & ~(end & (t.count < t.min_tokens)[:, None])
     x = x.masked_fill(~allowed, float("-inf"))
-    seen = t.ring                                        # ids never seen have count 0: factor 1, unchanged
+    # ids never seen have count 0: factor 1, unchanged; an empty ring's zeros fall on the span's first id
+    seen = (t.ring - first).clamp(0, x.shape[1] - 1)
     s = x.gather(1, seen)
-    factor = t.penalty[:, None] ** t.counts.gather(1, seen)
+    factor = t.penalty[:, None] ** t.counts.gather(1, t.ring)
     x = x.scatter(1, seen, torch.where(s < 0, s * factor, s / factor))
     greedy = t.temperature == 0
     return x / torch.where(greedy, torch.ones_like(t.temperature), t.temperature)[:, None]
 
 
-def candidates(x: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores [S, V] → (ids [S, C], probabilities [S, C]) after top-k and top-p, in canonical order."""
-    c = min(CANDIDATES, x.shape[1])
-    values, ids = x.topk(c, dim=1)
+def top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores [S, W] → the `CANDIDATES` best (values, column) of each row, in no particular order; a span of fewer
+    columns is padded with −∞ at its first column (never drawn: probability 0)."""
+    values, ids = x.topk(min(CANDIDATES, x.shape[1]), dim=1, sorted=False)
+    if values.shape[1] < CANDIDATES:
+        pad = CANDIDATES - values.shape[1]
+        values = torch.cat([values, values.new_full((values.shape[0], pad), float("-inf"))], dim=1)
+        ids = torch.cat([ids, ids.new_zeros(ids.shape[0], pad)], dim=1)
+    return values, ids
+
+
+def best(logits: torch.Tensor, t: SlotTable, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [S, W] of ids first … → each row's candidates (`top` of its `scores`), ids in the vocabulary's
+    numbering: the part of a step that torch.compile fuses."""
+    values, ids = top(scores(logits, t, first))
+    return values, ids + first
+
+
+def window(phase: str, layout) -> tuple[int, int] | None:
+    """The ids a row of `phase` may emit — its allowed range and its end id — as one span [a, b), or None where
+    that span would not start at 0 or at the end id (what `scores` asks of a span)."""
+    lo, hi = allowed_range(phase, layout)
+    end = end_id(phase, layout)
+    a, b = min(lo, end), max(hi, end + 1)
+    return (a, b) if a in (0, end) else None
+
+
+def keep(values: torch.Tensor, ids: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tensor]:
+    """A row's candidates → (ids [S, C], probabilities [S, C]) after top-k and top-p, in canonical order."""
+    c = values.shape[1]
     ids, by_id = ids.sort(dim=1)                          # canonical order: score descending, then id ascending
     values = values.gather(1, by_id)
     order = values.argsort(dim=1, descending=True, stable=True)
@@ -135,26 +165,35 @@ def candidates(x: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tenso
     threshold = values.gather(1, (t.top_k.clamp(1, c) - 1)[:, None])
     values = values.masked_fill(values < threshold, float("-inf"))
     probs = values.softmax(dim=1)
-    rank = torch.arange(c, device=x.device)[None]
+    rank = torch.arange(c, device=values.device)[None]
     removed = (probs.cumsum(dim=1) - probs > t.top_p[:, None]) & (rank >= t.min_keep[:, None])
     removed = removed & (t.top_p < 1)[:, None]
     return ids, values.masked_fill(removed, float("-inf")).softmax(dim=1)
 
 
-def draw(logits: torch.Tensor, t: SlotTable) -> torch.Tensor:
-    """One id per slot [S] int64: the exponential race over the kept candidates (argmax at temperature 0)."""
-    x = scores(logits, t)
-    ids, probs = candidates(x, t)
+def candidates(x: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tensor]:
+    """Scores [S, V] → (ids [S, C], probabilities [S, C]) after top-k and top-p, in canonical order."""
+    return keep(*top(x), t)
+
+
+def race(ids: torch.Tensor, probs: torch.Tensor, t: SlotTable) -> torch.Tensor:
+    """The exponential race over the kept candidates (argmax at temperature 0) → one id per slot [S] int64."""
     race = probs / -torch.log(uniforms(t.key, t.count, ids))
     drawn = ids.gather(1, race.argmax(dim=1, keepdim=True))[:, 0]
     return torch.where(t.temperature == 0, ids[:, 0], drawn)    # the best score, lowest id among ties
 
 
-def advance(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
-    """Book one step's draws into the table (in place); → the slots that go on (bool [S]).
+def draw(logits: torch.Tensor, t: SlotTable) -> torch.Tensor:
+    """One id per slot [S] int64: the exponential race over the kept candidates (argmax at temperature 0)."""
+    return race(*candidates(scores(logits, t), t), t)
+
+
+def book(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
+    """Book one step's draws into each slot's own row of the table (in place) → whether each conditional slot
+    goes on (bool [S]; unconditional slots: False).
 
     An emitted id that is not the end id joins the request's window; a request stops at its end id or once it has
-    `max_tokens` ids. Unconditional slots follow their conditional slot.
+    `max_tokens` ids.
     """
     emit = t.active & t.is_cond
     grow = emit & (drawn != t.end)
@@ -165,10 +204,30 @@ def advance(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
     t.ring.scatter_(1, slot_in_ring, torch.where(grow[:, None], drawn[:, None], evicted))
     t.counts.scatter_add_(1, drawn[:, None], grow.float()[:, None])
     t.count.add_(grow.long())
-    going_on = grow & (t.count < t.max_tokens)
-    going_on = going_on.index_select(0, t.owner)
+    return grow & (t.count < t.max_tokens)
+
+
+def advance(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
+    """Book one step's draws (in place); → the slots that go on (bool [S]). Unconditional slots follow their
+    conditional slot."""
+    going_on = book(t, drawn).index_select(0, t.owner)
     t.active.copy_(going_on)
     return going_on
+
+
+def pick(values: torch.Tensor, ids: torch.Tensor, t: SlotTable, log: torch.Tensor
+         ) -> tuple[torch.Tensor, torch.Tensor]:
+    """From each slot's candidates (`top`): keep, race and book in one go → (drawn [S], goes on [S]); `log` [S]
+    gets the drawn id of every emitting slot and −1 elsewhere. The slots' `active` is left to the caller (an
+    unconditional slot follows its conditional one). On CUDA one Triton kernel (_sampler_triton.py), else
+    `keep`, `race` and `book` — the same maths."""
+    if values.is_cuda and values.shape[1] == CANDIDATES:
+        from ._sampler_triton import launch
+
+        return launch(values, ids, t, log)
+    drawn = race(*keep(values, ids, t), t)
+    log.copy_(torch.where(t.active & t.is_cond, drawn, torch.full_like(drawn, -1)))
+    return drawn, book(t, drawn)
 
 
 def slot_values(s: Sampling, *, phase: str, seed: int, lo: int, hi: int, end: int, legacy: bool) -> dict:

@@ -1,6 +1,6 @@
 """`farm bench ar` end to end on the tiny checkpoint (CPU): the command runs, reports every point it was asked
-for, finds the engine batch-invariant, profiles a step, and writes the headline keys into a summary file. (Its timings mean nothing
-here; the H200 figures are in docs/benchmarks.md.)"""
+for, finds the engine batch-invariant, profiles a step, and writes the headline keys into a summary file. (Its
+timings mean nothing here; the H200 figures are in docs/benchmarks.md.)"""
 from __future__ import annotations
 
 import json

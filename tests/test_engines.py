@@ -156,6 +156,29 @@ def test_batched_forward_equals_per_row_forwards(model):
         assert torch.equal(alone.decode({slot: 100 + slot})[slot], out[slot])
 
 
+def test_a_step_reads_only_the_spans_of_the_vocabulary_its_phases_draw_from():
+    """Plan-only steps read the lm_head's text span (82 % of yue2-3b's vocabulary), semantic-only steps its codec
+    span (18 %), each with its phase's end id; a step of both reads the two, never the latent ids."""
+    from pathlib import Path
+
+    from stages.ar import _variants
+    from stages.config import BYTE_LAYOUT, from_toml
+    from stages.sampling import allowed_range, end_id
+
+    cfg = from_toml(Path(__file__).parents[1] / "configs" / "models" / "yue2-3b.toml")
+    for layout, vocab in ((cfg.tokens, cfg.model.vocab_size), (BYTE_LAYOUT, 640)):
+        variants = _variants(layout, vocab)
+        for phase in ("plan", "semantic"):
+            (a, b), = variants[frozenset({phase})].spans
+            lo, hi = allowed_range(phase, layout)
+            assert a <= lo < hi <= b and a <= end_id(phase, layout) < b and a in (0, end_id(phase, layout))
+        assert variants[frozenset({"plan", "semantic"})].spans == (variants[frozenset({"plan"})].spans
+                                                                   + variants[frozenset({"semantic"})].spans)
+    (_, plan), = _variants(cfg.tokens, cfg.model.vocab_size)[frozenset({"plan"})].spans
+    (a, b), = _variants(cfg.tokens, cfg.model.vocab_size)[frozenset({"semantic"})].spans
+    assert (plan, a, b) == (151849, 151852, 184621) and round(plan / 184704, 3) == 0.822
+
+
 def _layout(model):
     from stages.config import BYTE_LAYOUT
 

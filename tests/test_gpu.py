@@ -78,6 +78,39 @@ def test_fast_sampler_is_batch_invariant_on_the_gpu(gpu_model):
         assert np.array_equal(alone.ids, together[r.key]), r.key
 
 
+def test_pick_kernel_equals_the_pytorch_sampler_on_the_gpu():
+    """The Triton pick against keep, race and book in PyTorch on the same card, over the yue2-3b vocabulary: 32
+    slots under plan- and semantic-like settings (and greedy, top_p 1, legacy min_keep), 24 steps: the same ids,
+    stops, logged ids, windows and counters."""
+    import copy
+
+    from stages import fast_sampling as fs
+    from stages._sampler_triton import launch
+
+    slots, vocab = 32, 184704
+    g = torch.Generator(device="cuda").manual_seed(0)
+    t = fs.SlotTable.empty(slots, vocab, "cuda")
+    settings = [(0.7, 0.9, 30, 1, 1.005, 100), (1.0, 0.95, 100, 1, 1.2, 50), (0.0, 1.0, 1, 1, 1.0, 1),
+                (1.0, 1.0, 256, 1, 1.1, 7), (1.0, 0.3, 50, 3, 1.1, 20)]
+    for r in range(slots):
+        temp, top_p, top_k, keep, penalty, window = settings[r % len(settings)]
+        t.set_slot(r, {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_keep": keep, "penalty": penalty,
+                       "window": window, "max_tokens": 10 + r, "end": 5 + r, "key": fs.request_key(r, "semantic"),
+                       "count": 0, "active": r % 9 != 4, "is_cond": True, "lo": 0, "hi": vocab})
+    for step in range(24):
+        logits = (torch.randn(slots, vocab, device="cuda", generator=g) * 3).bfloat16()
+        values, ids = fs.top(fs.scores(logits, t))
+        ref = copy.deepcopy(t)
+        want = fs.race(*fs.keep(values, ids, ref), ref)
+        want_log = torch.where(ref.active & ref.is_cond, want, -1)
+        want_go = fs.book(ref, want)
+        log = torch.empty(slots, dtype=torch.long, device="cuda")
+        got, go = launch(values, ids, t, log)
+        assert torch.equal(got, want) and torch.equal(go, want_go) and torch.equal(log, want_log), step
+        assert all(torch.equal(getattr(t, n), getattr(ref, n)) for n in ("count", "ring", "counts")), step
+        t.active.copy_(go)
+
+
 @pytest.mark.parametrize("sampler", ["fast", "exact"])
 def test_graph_step_equals_eager_step(gpu_model, sampler):
     from stages.ar import AREngine

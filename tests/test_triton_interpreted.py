@@ -95,6 +95,8 @@ PAGED_ATTENTION = textwrap.dedent("""
     assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()
     assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2)      # the cache write (keys normalised, rotated)
     assert got[0].abs().max() == 0                                  # the idle row
+    again = pa._launch(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
+    assert torch.equal(again, got)          # the last program of each (row, kv head) set its counter back
     print("ok")
 """)
 
@@ -110,6 +112,38 @@ FP8_ATTENTION = PAGED_ATTENTION.replace(
     # Triton's interpreter rounds to e4m3 wrongly where the rounding carries into the exponent (−0.4995 → −0.25),
     # so only the keys' write is compared here; tests/test_gpu.py compares both on the hardware's conversion
     "assert torch.equal(k.float(), k2.float())")
+
+
+PICK = textwrap.dedent("""
+    import copy, torch
+    from stages import fast_sampling as fs
+    from stages._sampler_triton import launch
+    torch.manual_seed(0)
+    S, V = 12, 1000
+    t = fs.SlotTable.empty(S, V, "cpu")
+    settings = [(0.7, 0.9, 30, 1), (1.0, 0.95, 100, 1), (1.0, 1.0, 256, 1), (0.0, 1.0, 1, 1), (1.0, 0.01, 50, 3),
+                (1.3, 0.5, 7, 1)]
+    for r in range(S):
+        temp, top_p, top_k, keep = settings[r % len(settings)]
+        t.set_slot(r, {"temperature": temp, "top_p": top_p, "top_k": top_k, "min_keep": keep, "window": 1 + r * 7,
+                       "max_tokens": 5 + r, "end": 3 + r, "key": fs.request_key(r, "plan"), "count": 0,
+                       "active": r != 4, "is_cond": r != 7, "penalty": 1.2, "lo": 0, "hi": V})
+    for step in range(16):
+        logits = torch.randn(S, V) * 2
+        logits[:, 3:20] += 3 * (step % 3)                   # end ids get drawn now and then
+        x = fs.scores(logits, t)
+        values, ids = fs.top(x)
+        ref_t = copy.deepcopy(t)
+        log_ref, log = torch.empty(S, dtype=torch.long), torch.empty(S, dtype=torch.long)
+        want_d, want_g = fs.pick(values, ids, ref_t, log_ref)
+        got_d, got_g = launch(values, ids, t, log)
+        assert torch.equal(got_d, want_d), (step, got_d, want_d)
+        assert torch.equal(got_g, want_g) and torch.equal(log, log_ref), step
+        for name in ("count", "ring", "counts"):
+            assert torch.equal(getattr(t, name), getattr(ref_t, name)), (step, name)
+        t.active.copy_(got_g.index_select(0, t.owner) | (torch.arange(S) == 7))   # keep some slots going
+    print("ok", int(t.count.sum()))
+""")
 
 
 def _interpret(code: str) -> str:
@@ -136,10 +170,18 @@ def test_nvfp4_skinny_gemm_kernel():
 
 
 def test_paged_attention_kernels():
-    """The split and merge kernels (q/k norm and RoPE, the cache write) against the row-by-row reference."""
+    """The kernel (q/k norm and RoPE, the spans, the last program's merge and cache write) against the row-by-row
+    reference, twice in a row."""
     assert _interpret(PAGED_ATTENTION).startswith("ok")
 
 
 def test_paged_attention_kernels_over_an_fp8_cache():
     """The same with e4m3 pools (kv_cache.py): widened products, the new key and value stored in e4m3."""
     assert FP8_ATTENTION != PAGED_ATTENTION and _interpret(FP8_ATTENTION).startswith("ok")
+
+
+def test_sampler_pick_kernel():
+    """The sampler's pick (canonical order by one packed sort, top-k, top-p, the race, the booking of each slot's
+    own window and counter) against `keep`, `race` and `book`: 16 steps of 12 slots under six settings (greedy,
+    top_p 1, legacy min_keep, tiny windows that fill and evict), inactive and unconditional slots among them."""
+    assert _interpret(PICK).startswith("ok")

@@ -93,7 +93,8 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
               "invariance": batch_invariance(engine, cfg), "kernel": kernel_vs_sdpa(engine, cfg) if cuda else None,
               "gemm": gemm_vs_cublas(engine) if cuda and weight_format == "bf16" else None,
               "numerics": numerics(engine, ckpt, device, numerics_tokens),
-              "profiles": [profile_step(engine, cfg, ctx=ctx, kind=kind, rows=b)
+              "profiles": [profile_step(engine, [bench_request(cfg, f"profile-{b}-{i}", ctx, kind, 6 * engine.block,
+                                                               seed=100 + i) for i in range(b)])
                            for b, (_, ctx, kind) in ((min(rows), scenarios[0]), (max(rows), scenarios[-1]))]}
     print_report(report)
     if json_out:

@@ -25,18 +25,16 @@ def kind_of(name: str) -> str:
     return next(kind for kind, pattern in KINDS if re.search(pattern, name))
 
 
-def profile_step(engine, cfg, *, ctx: int, kind: str, rows: int, blocks: int = 3) -> dict:
-    """Kernels per step of `rows` live requests at context `ctx`: {kind: µs, count}, the top names, the wall time."""
+def profile_step(engine, requests: list, *, blocks: int = 3) -> dict:
+    """Kernels per step of the forced-length `requests` (of one context and kind, long enough for `blocks` + 2
+    blocks) decoded together: {kind: µs, count}, the top names, the wall time."""
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    from .ar import bench_request
-
     cuda = engine.device.type == "cuda"
     sync = torch.cuda.synchronize if cuda else (lambda: None)
-    tokens = (blocks + 3) * engine.block
-    for i in range(rows):
-        engine.admit(bench_request(cfg, f"profile-{rows}-{i}", ctx, kind, tokens, seed=100 + i))
+    for request in requests:
+        engine.admit(request)
     engine.step()                                           # warm
     sync()
     with profile(activities=[ProfilerActivity.CUDA if cuda else ProfilerActivity.CPU]) as prof:
@@ -60,7 +58,7 @@ def profile_step(engine, cfg, *, ctx: int, kind: str, rows: int, blocks: int = 3
         by_kind[kind_of(name)][1] += count
     top = sorted(per_name.items(), key=lambda item: -item[1][0])[:20]
     kernels_us = sum(us for us, _ in by_kind.values()) / steps
-    return {"rows": rows, "context": ctx, "kind": kind, "steps": steps, "step_us": wall / steps * 1e6,
+    return {"rows": len(requests), "context": len(requests[0].prefix), "kind": requests[0].phase, "steps": steps, "step_us": wall / steps * 1e6,
             "kernels_us": kernels_us,
             "kinds": {k: {"us": us / steps, "per_step": n / steps} for k, (us, n) in by_kind.items()},
             "top": [{"name": name[:90], "us": us / steps, "per_step": n / steps} for name, (us, n) in top]}
