@@ -1,13 +1,12 @@
-"""The Triton kernel behind `paged_attention.decode_attention` (imported only on CUDA hosts, or in the interpreter).
+"""Triton kernels behind `paged_attention.decode_attention` (imported only on CUDA hosts, or in the interpreter).
 
-It reads the raw q/k/v product of the step ([rows, (HEADS + 2·KV)·D]: q heads, then k, then v) and applies the
-per-head RMSNorm and RoPE itself (`_norm_rope`). Scores are kept in base 2: `qk_scale` already holds 1/√d · log₂e.
-A row of length L attends to its L − 1 cached keys (span by span, spread over PROGRAMS programs: `_spans`) and to
-the step's own new key (`_merge`, run by the program of the (row, kv head) that finishes last, which also stores
-that key and its value into the row's page: nothing reads that place while the spans are computed, so there is no
-race). One launch per layer: the merge used to be a kernel of its own. With FP8, the pools hold e4m3 keys and
-values (kv_cache.py): the spans widen them to FP16 for their products, and the merge rounds the new key and value
-to e4m3 before it uses and stores them."""
+Both kernels read the raw q/k/v product of the step ([rows, (HEADS + 2·KV)·D]: q heads, then k, then v) and
+apply the per-head RMSNorm and RoPE themselves (`_norm_rope`). Scores are kept in base 2: `qk_scale` already
+holds 1/√d · log₂e. A row of length L attends to its L − 1 cached keys (the split kernel, span by span) and to
+the step's own new key (the merge kernel, which also stores that key and its value into the row's page: nothing
+reads that place during the split kernel, so there is no race). With FP8, the pools hold e4m3 keys and values
+(kv_cache.py): the split kernel widens them to FP16 for its products, and the merge kernel rounds the new key and
+value to e4m3 before it uses and stores them."""
 import triton
 import triton.language as tl
 
@@ -34,15 +33,13 @@ def _norm_rope(QKV, W, COS, SIN, row_at, cs_at, heads, hmask, eps, D: tl.constex
 
 
 @triton.jit
-def attention(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT, COUNT,
-              s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
-              HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
-              PAGE: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr,
-              ROUNDS: tl.constexpr, MAX_SPLITS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
+def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
+                       s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
+                       HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
+                       PAGE: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr,
+                       ROUNDS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row's cached keys: the query heads of one
-    GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it.
-    The last of the PROGRAMS programs of a (row, kv head) to finish (an atomic counter says which) then merges,
-    for each head of the group, the new key and the spans in order, and stores the new key and value."""
+    GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it."""
     if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -50,77 +47,62 @@ def attention(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT, COUNT,
     row, kvh = tl.program_id(0), tl.program_id(1)
     past = tl.load(LENS + row) - 1
     if past > tl.program_id(2) * SPLIT:
-        _spans(QKV, QW, COS, SIN, K, V, BT, PART, LSE, row, kvh, past, s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r,
-               sp_h, sp_s, sl_r, sl_h, qk_scale, eps, HEADS, KV, GROUP_PAD, D, PAGE, SPLIT, IEEE, PROGRAMS, ROUNDS,
-               FP8)
-    tl.debug_barrier()          # every thread's partials are stored before this program reports
-    done = tl.atomic_add(COUNT + row * KV + kvh, 1, sem="acq_rel")
-    if done == PROGRAMS - 1:    # the spans of this (row, kv head) are all in
-        for i in tl.static_range(GROUPS):
-            _merge(QKV, QW, KW, COS, SIN, K, V, BT, PART, LSE, OUT, row, kvh * GROUPS + i, past + 1, s_r, scs_r,
-                   sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps, HEADS, KV, D,
-                   PAGE, SPLIT, MAX_SPLITS, FP8)
-        tl.store(COUNT + row * KV + kvh, 0)                   # ready for the next layer (and graph replay)
+        g = tl.arange(0, GROUP_PAD)
+        d = tl.arange(0, D)
+        n = tl.arange(0, PAGE)
+        heads = kvh * GROUPS + g
+        qmask = g < GROUPS
+        q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
+        for r in range(0, ROUNDS):      # a constant bound and a runtime test: spans past the row are skipped
+            split = tl.program_id(2) + r * PROGRAMS
+            start = split * SPLIT
+            if start < past:
+                m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+                total = tl.zeros([GROUP_PAD], tl.float32)
+                acc = tl.zeros([GROUP_PAD, D], tl.float32)
+                for p in range(0, SPLIT // PAGE):
+                    pos = start + p * PAGE
+                    page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < past, other=0)
+                    kmask = pos + n < past
+                    offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
+                    k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+                    if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
+                        s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
+                    elif IEEE:   # FP32 caches: no TF32 rounding
+                        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+                    else:
+                        s = tl.dot(q, tl.trans(k)) * qk_scale
+                    s = tl.where(kmask[None, :], s, float("-inf"))
+                    m_new = tl.maximum(m, tl.max(s, 1))
+                    alpha = tl.exp2(m - m_new)
+                    weights = tl.exp2(s - m_new[:, None])
+                    total = total * alpha + tl.sum(weights, 1)
+                    v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
+                    if FP8:
+                        acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
+                    elif IEEE:
+                        acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
+                    else:
+                        acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
+                    m = m_new
+                part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
+                tl.store(part, acc / total[:, None], mask=qmask[:, None])
+                tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
 
 
 @triton.jit
-def _spans(QKV, QW, COS, SIN, K, V, BT, PART, LSE, row, kvh, past, s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r,
-           sp_h, sp_s, sl_r, sl_h, qk_scale, eps, HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr,
-           D: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr,
-           ROUNDS: tl.constexpr, FP8: tl.constexpr):
-    """This program's spans of (row, kv head): each span's normalised partial output and its log-sum-exp."""
+def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
+                    s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
+                    HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                    SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
+    """Program (row, head): the new key first, then the row's spans in order, 32 at a time (a fixed order, so
+    batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     GROUPS: tl.constexpr = HEADS // KV
-    g = tl.arange(0, GROUP_PAD)
-    d = tl.arange(0, D)
-    n = tl.arange(0, PAGE)
-    heads = kvh * GROUPS + g
-    qmask = g < GROUPS
-    q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
-    for r in range(0, ROUNDS):      # a constant bound and a runtime test: spans past the row are skipped
-        split = tl.program_id(2) + r * PROGRAMS
-        start = split * SPLIT
-        if start < past:
-            m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-            total = tl.zeros([GROUP_PAD], tl.float32)
-            acc = tl.zeros([GROUP_PAD, D], tl.float32)
-            for p in range(0, SPLIT // PAGE):
-                pos = start + p * PAGE
-                page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < past, other=0)
-                kmask = pos + n < past
-                offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
-                k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
-                if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
-                    s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
-                elif IEEE:   # FP32 caches: no TF32 rounding
-                    s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-                else:
-                    s = tl.dot(q, tl.trans(k)) * qk_scale
-                s = tl.where(kmask[None, :], s, float("-inf"))
-                m_new = tl.maximum(m, tl.max(s, 1))
-                alpha = tl.exp2(m - m_new)
-                weights = tl.exp2(s - m_new[:, None])
-                total = total * alpha + tl.sum(weights, 1)
-                v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-                if FP8:
-                    acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
-                elif IEEE:
-                    acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
-                else:
-                    acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
-                m = m_new
-            part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
-            tl.store(part, acc / total[:, None], mask=qmask[:, None])
-            tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
-
-
-@triton.jit
-def _merge(QKV, QW, KW, COS, SIN, K, V, BT, PART, LSE, OUT, row, head, length, s_r, scs_r, sk_p, sk_h, sk_t, sbt_r,
-           sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps, HEADS: tl.constexpr, KV: tl.constexpr,
-           D: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr, FP8: tl.constexpr):
-    """One head of a row: the new key first, then the row's spans in order, 32 at a time (a fixed order, so
-    batch-invariant); the first head of each GQA group also stores the new key and value into the cache. The
-    partials were written by other programs: read from L2 (.cg), never from this SM's L1."""
-    GROUPS: tl.constexpr = HEADS // KV
+    row, head = tl.program_id(0), tl.program_id(1)
+    length = tl.load(LENS + row)
     d = tl.arange(0, D)
     if length > 0:
         kvh = head // GROUPS
@@ -143,13 +125,12 @@ def _merge(QKV, QW, KW, COS, SIN, K, V, BT, PART, LSE, OUT, row, head, length, s
             if first < splits:
                 s = first + c
                 smask = s < splits
-                lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"),
-                              cache_modifier=".cg")
+                lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"))
                 m_new = tl.maximum(m, tl.max(lse, 0))
                 alpha = tl.exp2(m - m_new)
                 w = tl.where(smask, tl.exp2(lse - m_new), 0.0)
                 part = tl.load(PART + row * sp_r + head * sp_h + s[:, None] * sp_s + d[None, :],
-                               mask=smask[:, None], other=0.0, cache_modifier=".cg")
+                               mask=smask[:, None], other=0.0)
                 acc = acc * alpha + tl.sum(part * w[:, None], 0)
                 total = total * alpha + tl.sum(w, 0)
                 m = m_new

@@ -114,6 +114,10 @@ class AREngine:
             self._best, self._norm, self._head, self._tail = (
                 _compiled(fast_sampling.best), _compiled(rms_norm), _compiled(self._head), _compiled(self._tail))
         self.variants = _variants(layout, cfg.vocab_size)
+        # each span's logits in a buffer of its own (the lm_head's product lands there; the draw reads it)
+        self.span_logits = {span: self.next_logits if span == (0, cfg.vocab_size) else
+                            torch.zeros(slots, span[1] - span[0], dtype=self.dtype, device=self.device)
+                            for v in self.variants.values() for span in v.spans}
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
             self._capture()
@@ -181,6 +185,8 @@ class AREngine:
         self.lengths[slot] = ids.shape[0]
         last = logits(self.model, hidden[:, -1])[0]
         self.next_logits[slot] = last
+        for (a, b), buffer in self.span_logits.items():
+            buffer[slot] = last[a:b]
         return last
 
     def _extend(self, slot: int, ids: torch.Tensor, start: int) -> torch.Tensor:
@@ -220,32 +226,35 @@ class AREngine:
             x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
         return self._norm(x[:, 0], self.model.model.norm.weight, self.dims.eps)
 
-    def _feed(self, heads=None) -> None:
-        """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits`, in
-        the spans of the vocabulary `heads` names (all of it by default; stale elsewhere)."""
+    def _feed(self, variant: _Variant | None = None) -> None:
+        """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits` (the
+        whole vocabulary), or with a `variant` in the buffers of its spans (`span_logits`) only."""
         go = self.table.active
         hidden = self.forward(self.tokens, self.lengths, go)
         weight = self.model.lm_head.weight
-        for a, b in heads or ((0, self.cfg.vocab_size),):
-            self.next_logits[:, a:b] = F.linear(hidden, weight[a:b])
+        if variant is None:
+            self.next_logits.copy_(F.linear(hidden, weight))
+        else:
+            for a, b in variant.spans:
+                torch.mm(hidden, weight[a:b].t(), out=self.span_logits[(a, b)])
         self.lengths.add_(go.long())
 
-    def _device_step(self, j: int, variant: "_Variant") -> None:
+    def _device_step(self, j: int, variant: _Variant) -> None:
         """Draw for every slot, record the draws in row j of `drawn`, book them, feed them back (an unconditional
         slot is fed, and goes on or stops with, its conditional slot's draw). `variant`: the spans of the
         vocabulary the live phases need."""
         t = self.table
         (a, b), *second = variant.spans
-        values, ids = self._best(self.next_logits[:, a:b], t, a)
+        values, ids = self._best(self.span_logits[(a, b)], t, a)
         if second:      # a row draws among its own phase's span, whatever else shares the step
             (c, d), = second
-            other, other_ids = self._best(self.next_logits[:, c:d], t, c)
-            theirs = ((t.end >= c) & (t.end < d))[:, None]
+            other, other_ids = self._best(self.span_logits[(c, d)], t, c)
+            theirs = (t.end == c)[:, None]            # the second span starts at its phase's end id
             values, ids = torch.where(theirs, other, values), torch.where(theirs, other_ids, ids)
         drawn, go = fast_sampling.pick(values, ids, t, self.drawn[j])
         torch.index_select(go, 0, t.owner, out=t.active)
         torch.index_select(drawn, 0, t.owner, out=self.tokens)
-        self._feed(variant.spans)
+        self._feed(variant)
 
     def _capture(self) -> None:
         """Graphs, captured while no request lives: `block` fast steps, and one plain feed (exact / teacher forcing).
@@ -269,11 +278,11 @@ class AREngine:
             self.lengths.zero_()
             self.drawn.fill_(-1)
 
-    def _block(self, variant: "_Variant") -> None:
+    def _block(self, variant: _Variant) -> None:
         for j in range(self.block):
             self._device_step(j, variant)
 
-    def _run(self, name: str, variant: "_Variant | None" = None) -> None:
+    def _run(self, name: str, variant: _Variant | None = None) -> None:
         if name in self.graphs:
             self.graphs[name].replay()
         elif name == "feed":
@@ -389,23 +398,27 @@ class AREngine:
         return results
 
 
+SPAN_ALIGN = 64      # span widths round up to this: cuBLAS picks slow unaligned kernels for an odd width
+
+
 @dataclass(frozen=True)
 class _Variant:
     """What a step computes for one set of live phases: the lm_head and the draw over `spans` of the vocabulary,
-    each its own product and its own top-k. A row's logits and candidates always come from its own phase's span, in
-    one shape, so they never depend on which other phases share the step."""
+    each its own product into its own buffer and its own top-k. A row's logits and candidates always come from
+    its own phase's span, in one shape, so they never depend on which other phases share the step."""
     name: str
-    spans: tuple[tuple[int, int], ...]      # one, or two: the plan span first
+    spans: tuple[tuple[int, int], ...]      # one, or two: the plan span (from id 0) first
 
 
 def _variants(layout: TokenLayout, vocab: int) -> dict[frozenset, _Variant]:
     """A step with only plan rows reads the lm_head's plan span (82 % of the yue2-3b vocabulary) and draws over
-    it; only semantic rows, the codec span (18 %); both, the two. Where the spans cannot be drawn over apart
-    (`fast_sampling.window`) or overlap, every step reads the whole lm_head."""
-    plan, semantic = (fast_sampling.window(p, layout) for p in ("plan", "semantic"))
+    it; only semantic rows, the codec span (18 %); both, the two. Each span is its phase's `fast_sampling.window`,
+    widened to a multiple of SPAN_ALIGN ids. Where a phase has no such span, every step reads the whole lm_head."""
+    windows = [fast_sampling.window(p, layout) for p in ("plan", "semantic")]
     keys = [frozenset({"plan"}), frozenset({"semantic"}), frozenset({"plan", "semantic"})]
-    if plan is None or semantic is None or not (plan[1] <= semantic[0] or semantic[1] <= plan[0]):
+    if None in windows or windows[0][0] != 0:
         return dict.fromkeys(keys, _Variant("block", ((0, vocab),)))
+    plan, semantic = ((a, min(vocab, a + -(-(b - a) // SPAN_ALIGN) * SPAN_ALIGN)) for a, b in windows)
     return dict(zip(keys, (_Variant("block-plan", (plan,)), _Variant("block-semantic", (semantic,)),
                            _Variant("block-both", (plan, semantic)))))
 

@@ -7,13 +7,13 @@ stores the new key and value into the row's page, and attends over all seq_lens[
 is read or stored, and its output is zeros). Doing the norm and RoPE here spares the step two launches per layer:
 both kernels load q (and the merge kernel the new key) anyway.
 
-On CUDA this is a split-KV ("flash-decoding") Triton kernel: the keys of a row are cut into spans of `SPLIT`; a
-program handles one row, one KV head (all the query heads of its GQA group at once) and every `PROGRAMS`-th span
-of that row, so the grid does not grow with the cache while idle rows cost one load; the program of a (row, KV
-head) that finishes last merges the new key and the spans in order and stores the new key and value (one launch
-per layer, the cache write included). The number of spans depends only on the row's own length, so a row's numbers
-never depend on which other rows share the step (batch invariance). SDPA over a padded cache reads every row up to
-the longest; `farm bench ar` measures the two side by side. On the CPU the same maths runs in plain PyTorch (tests, tiny
+On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the keys of a row are cut into spans of
+`SPLIT`; a program handles one row, one KV head (all the query heads of its GQA group at once) and every
+`PROGRAMS`-th span of that row, so the grid does not grow with the cache while idle rows cost one load; a second
+kernel merges the new key and the spans in order and stores the new key and value (two launches per layer, the
+cache write included). The number of spans depends only on the row's own length, so a row's numbers never depend
+on which other rows share the step (batch invariance). SDPA over a padded cache reads every row up to the longest;
+`farm bench ar` measures the two side by side. On the CPU the same maths runs in plain PyTorch (tests, tiny
 models). docs/ar-engine.md says more.
 """
 from __future__ import annotations
@@ -63,13 +63,10 @@ def decode_attention(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table,
 
 # ---- the Triton kernels (imported only where CUDA is) -----------------------------------------------------------
 
-_COUNTERS: dict = {}
-
-
 def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps) -> torch.Tensor:
     import triton
 
-    from ._paged_attention_triton import attention
+    from ._paged_attention_triton import merge_and_store, split_kv_attention
     from .skinny_gemm import pdl
 
     kv, page, d = k_pool.shape[1], k_pool.shape[2], k_pool.shape[3]
@@ -80,19 +77,20 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
     part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=qkv.device)
     lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=qkv.device)
     out = torch.empty(rows, heads, d, dtype=qkv.dtype, device=qkv.device)
-    key = (qkv.device, rows, kv)     # the arrivals per (row, kv head); the last arrival sets its count back to 0
-    if key not in _COUNTERS:
-        _COUNTERS[key] = torch.zeros(rows * kv, dtype=torch.int32, device=qkv.device)
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
-    attention[(rows, kv, PROGRAMS)](
-        qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out, _COUNTERS[key],
+    common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, SPLIT=SPLIT, PDL=early, launch_pdl=early,
+                  FP8=k_pool.dtype == torch.float8_e4m3fn)
+    split_kv_attention[(rows, kv, PROGRAMS)](
+        qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
-        out.stride(0), out.stride(1), qk_scale, eps, HEADS=heads, KV=kv,
-        GROUP_PAD=max(16, triton.next_power_of_2(groups)), D=d, PAGE=page, SPLIT=SPLIT,
-        IEEE=qkv.dtype == torch.float32, PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS),
-        MAX_SPLITS=triton.cdiv(max_splits, 32) * 32, PDL=early, FP8=k_pool.dtype == torch.float8_e4m3fn,
-        launch_pdl=early)
+        qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
+        PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS), **common)
+    merge_and_store[(rows, heads)](
+        qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
+        qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
+        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        qk_scale, eps, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32, **common)
     return out
 
 

@@ -158,7 +158,7 @@ def test_batched_forward_equals_per_row_forwards(model):
 
 def test_a_step_reads_only_the_spans_of_the_vocabulary_its_phases_draw_from():
     """Plan-only steps read the lm_head's text span (82 % of yue2-3b's vocabulary), semantic-only steps its codec
-    span (18 %), each with its phase's end id; a step of both reads the two, never the latent ids."""
+    span (18 %), each with its phase's end id and widened to a multiple of 64 ids; a step of both reads the two."""
     from pathlib import Path
 
     from stages.ar import _variants
@@ -172,11 +172,12 @@ def test_a_step_reads_only_the_spans_of_the_vocabulary_its_phases_draw_from():
             (a, b), = variants[frozenset({phase})].spans
             lo, hi = allowed_range(phase, layout)
             assert a <= lo < hi <= b and a <= end_id(phase, layout) < b and a in (0, end_id(phase, layout))
+            assert (b - a) % 64 == 0 and b <= vocab
         assert variants[frozenset({"plan", "semantic"})].spans == (variants[frozenset({"plan"})].spans
                                                                    + variants[frozenset({"semantic"})].spans)
     (_, plan), = _variants(cfg.tokens, cfg.model.vocab_size)[frozenset({"plan"})].spans
     (a, b), = _variants(cfg.tokens, cfg.model.vocab_size)[frozenset({"semantic"})].spans
-    assert (plan, a, b) == (151849, 151852, 184621) and round(plan / 184704, 3) == 0.822
+    assert (plan, a, b) == (151872, 151852, 184684) and round(plan / 184704, 3) == 0.822
 
 
 def _layout(model):
