@@ -78,13 +78,19 @@ def acoustic_figures(report: dict) -> dict[str, float]:
 
 def album_figures(report: dict) -> dict[str, float]:
     """album<N>_<G>gpu_s: the makespan of N tracks on G cards; _ar_s: first plan start → last semantic end (the
-    AR part); and the speed-up over the sequential path when it ran."""
+    AR part); and the speed-up over the sequential path when it ran. A figure that needs a stage which failed in
+    the run is left out (the AR part stands when only later stages failed)."""
     cards = len({c for s in report["stages"] for c in s["cards"]})
     kv = "" if report.get("kv_cache", "bf16") == "bf16" else f"_kv{report['kv_cache']}"
     name = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}_{cards}gpu{kv}"
+    failed = {e["stage"] for e in report["events"] if not e["ok"]}
     ar = [e for e in report["events"] if e["ok"] and e["stage"] in ("plan", "semantic")]
-    out = {f"{name}_s": report["album_makespan_s"],
-           f"{name}_ar_s": max(e["end"] for e in ar) - min(e["start"] for e in ar) if ar else None}
+    out = {}
+    if ar and not failed & {"plan", "semantic"}:
+        out[f"{name}_ar_s"] = max(e["end"] for e in ar) - min(e["start"] for e in ar)
+    if failed:
+        return out
+    out[f"{name}_s"] = report["album_makespan_s"]
     if "sequential" in report:
         one = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}"
         speedup = f"{one}_speedup_vs_sequential" if cards == 1 else f"{name}_speedup_vs_sequential"

@@ -40,3 +40,19 @@ def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ck
     assert (tmp_path / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     figures = album_figures(report)
     assert any(k.startswith("album3_mixed_") and k.endswith("gpu_s") for k in figures), figures
+
+
+def test_a_failed_stage_keeps_its_figures_out_of_the_summary():
+    """A run in which decode failed (say, a missing audio library on the card's host) still measured the AR part,
+    but not the album: only `_ar_s` is written; with a failed AR stage, nothing."""
+    def event(track, stage, start, end, ok=True):
+        return {"track": track, "stage": stage, "start": start, "end": end, "ok": ok, "error": None if ok else "x"}
+    stages = [{"stage": "plan", "cards": ["H200"]}]
+    events = [event("a", "plan", 0, 10), event("a", "semantic", 10, 30), event("a", "acoustic", 30, 35),
+              event("a", "decode", 35, 36)]
+    report = {"tracks": 1, "stages": stages, "events": events, "album_makespan_s": 36.0}
+    assert album_figures(report) == {"album1_1gpu_ar_s": 30, "album1_1gpu_s": 36.0}
+    events[-1] = event("a", "decode", 35, 35, ok=False)
+    assert album_figures(report) == {"album1_1gpu_ar_s": 30}
+    events[1] = event("a", "semantic", 10, 12, ok=False)
+    assert album_figures(report) == {}

@@ -197,6 +197,11 @@ def print_report(r: dict) -> None:
         line += (f"\nsimulator's forecast for this plan: {sim:.2f} s ({(sim / r['album_makespan_s'] - 1):+.1%} of the "
                  f"measured makespan); AR window {r.get('ar_window') or 'none'}")
     console.print(line)
+    failed = [e for e in r["events"] if not e["ok"]]
+    if failed:
+        console.print(f"{len(failed)} stage runs FAILED (first: {failed[0]['stage']} of {failed[0]['track']}: "
+                      f"{failed[0].get('error') or 'see the album folder'}): the makespan above is not the album's, "
+                      f"and the summary keeps only what the failures did not touch")
     pids = {w["pid"]: f"{w['worker']}" for w in r["workers"].values()}
     for uuid, procs in r["nvml_peak_bytes"].items():
         held = ", ".join(f"pid {p} [{pids.get(int(p), 'not a farm worker')}] {b / 2**30:.2f} GiB"
