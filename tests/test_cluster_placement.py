@@ -283,7 +283,7 @@ def test_farm_plan_advises_a_format_and_takes_the_albums(tmp_path):
     spec = tmp_path / "a.toml"
     spec.write_text('title = "T"\nar_format = "fp8"\nkv_cache = "fp8"\n[[tracks]]\ntitle = "One"\nlyrics = "la"\n'
                     'style = "pop"\n')
-    given = CliRunner().invoke(app, ["plan", "--cluster", lab, "--album", str(spec), "--format", "json"])
+    given = CliRunner().invoke(app, ["plan", "--cluster", lab, "--album", str(spec), "--output", "json"])
     assert given.exit_code == 0, given.output
     data = json.loads(given.output)
     assert data["ar_format"] == "fp8" and data["kv_format"] == "fp8"

@@ -99,3 +99,28 @@ def test_no_module_imports_another_in_a_cycle_and_the_doors_open_one_way():
         room = module.split(".")[0]
         others = {t.split(".")[0] for t in targets} - {room}
         assert not (room in ("stages", "cluster") and others), (module, others)   # stages and cluster stand alone
+
+
+def test_a_flag_name_means_one_thing_in_every_command():
+    """`--format` always names an AR weight format (`--output` is how `plan` and `simulate` print), and a flag that
+    takes a value in one command (a path, a choice) is never a bare switch in another; short names too."""
+    import typer
+
+    from farm.cli import app
+
+    switch: dict[str, set[bool]] = {}
+
+    def walk(command, path):
+        for param in command.params:
+            if getattr(param, "param_type_name", "") != "option":
+                continue
+            for flag in param.opts:
+                switch.setdefault(flag, set()).add(bool(param.is_flag))
+                if flag == "--format":
+                    assert "fp8" in (param.help or ""), (path, param.help)
+        for name, sub in getattr(command, "commands", {}).items():
+            walk(sub, f"{path} {name}")
+
+    walk(typer.main.get_command(app), "farm")
+    assert len(switch) > 30 and {"--format", "--output", "--json", "--force"} <= set(switch)
+    assert {flag: kinds for flag, kinds in switch.items() if len(kinds) > 1} == {}

@@ -50,14 +50,14 @@ DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cud
 # the benchmarks' report file and the headline keys they update
 JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")]
 SummaryOpt = Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
-# `--json PATH` writes a report file (the benchmarks). --format is how `plan` and `simulate` print, and the AR weights'
-# format where weights are the subject (`farm quantize`, `farm bench ar|song`, as issue 10 names it).
-OutputOpt = Annotated[str, typer.Option("--format", help="How to print it: table or json.")]
+# `--json PATH` writes a report file (the benchmarks); `--output` is how `plan` and `simulate` print; `--format` is
+# always an AR weight format (`farm quantize`, `farm bench ar|song`).
+OutputOpt = Annotated[str, typer.Option("--output", help="How to print it: table or json.")]
 
 
 def _as_json(output: str) -> bool:
     if output not in ("table", "json"):
-        fail(f"--format must be table or json, got {output!r}")
+        fail(f"--output must be table or json, got {output!r}")
     return output == "json"
 
 
