@@ -13,6 +13,7 @@ import triton
 import triton.language as tl
 from triton.language.extra import libdevice
 
+
 @triton.jit
 def _hash32(x):
     """lowbias32 on int64 holding 32-bit values, as fast_sampling.hash32 computes it (products wrap alike)."""

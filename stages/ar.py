@@ -413,10 +413,11 @@ class _Variant:
 def _variants(layout: TokenLayout, vocab: int) -> dict[frozenset, _Variant]:
     """A step with only plan rows reads the lm_head's plan span (82 % of the yue2-3b vocabulary) and draws over
     it; only semantic rows, the codec span (18 %); both, the two. Each span is its phase's `fast_sampling.window`,
-    widened to a multiple of SPAN_ALIGN ids. Where a phase has no such span, every step reads the whole lm_head."""
+    widened to a multiple of SPAN_ALIGN ids. The plan span must start at 0 and the semantic one at its end id (how
+    a step of both tells its rows apart); otherwise every step reads the whole lm_head."""
     windows = [fast_sampling.window(p, layout) for p in ("plan", "semantic")]
     keys = [frozenset({"plan"}), frozenset({"semantic"}), frozenset({"plan", "semantic"})]
-    if None in windows or windows[0][0] != 0:
+    if None in windows or windows[0][0] != 0 or windows[1][0] != sampling.end_id("semantic", layout):
         return dict.fromkeys(keys, _Variant("block", ((0, vocab),)))
     plan, semantic = ((a, min(vocab, a + -(-(b - a) // SPAN_ALIGN) * SPAN_ALIGN)) for a, b in windows)
     return dict(zip(keys, (_Variant("block-plan", (plan,)), _Variant("block-semantic", (semantic,)),

@@ -1,13 +1,12 @@
 """Where one AR step's time goes: the kernels of the engine's replayed block, by kind, against the step's wall time.
 
-A few forced-length requests are admitted and one captured block (`engine.block` steps) is replayed under the
-PyTorch profiler (CUPTI sees the kernels inside a CUDA graph). Kernel times are summed per name and per kind and
-divided by the steps of the block; what the kernels do not cover of the step's wall time is the launch gaps (and
-the host's read-back at the end of the block) — except that our kernels, launched early under programmatic dependent
-launch, count the time they wait for the kernel before them, so durations overlap and can sum to more than the
-wall time. The kinds follow the kernels' names: ours carry their Triton
-function names; the lm_head is cuBLAS; the sampler is Inductor's kernels and PyTorch's top-k and sort. Not
-responsible for the floors (ar.py).
+A few forced-length requests are admitted and a few captured blocks (`engine.block` steps each) are replayed under
+the PyTorch profiler (CUPTI sees the kernels inside a CUDA graph). Kernel times are summed per name and per kind and
+divided by the steps. Our kernels are launched early (programmatic dependent launch) and wait for the kernel before
+them, and that wait counts in their durations: the durations overlap and can sum to more than the wall time, so
+the kernels that do not overlap (cuBLAS, PyTorch's, Inductor's) are the ones to read as time. The kinds follow the
+kernels' names: ours carry their Triton function names; the lm_head is cuBLAS; the sampler is Inductor's kernels,
+PyTorch's top-k and our `pick`. Not responsible for the floors (ar.py).
 """
 from __future__ import annotations
 
@@ -60,8 +59,8 @@ def profile_step(engine, requests: list, *, blocks: int = 3) -> dict:
         by_kind[kind_of(name)][1] += count
     top = sorted(per_name.items(), key=lambda item: -item[1][0])[:20]
     kernels_us = sum(us for us, _ in by_kind.values()) / steps
-    return {"rows": len(requests), "context": len(requests[0].prefix), "kind": requests[0].phase, "steps": steps, "step_us": wall / steps * 1e6,
-            "kernels_us": kernels_us,
+    return {"rows": len(requests), "context": len(requests[0].prefix), "kind": requests[0].phase, "steps": steps,
+            "step_us": wall / steps * 1e6, "kernels_us": kernels_us,
             "kinds": {k: {"us": us / steps, "per_step": n / steps} for k, (us, n) in by_kind.items()},
             "top": [{"name": name[:90], "us": us / steps, "per_step": n / steps} for name, (us, n) in top]}
 

@@ -5,8 +5,9 @@ branch only). Then every variant — the plain forward (the same BF16 weights th
 numerical floor), FP8 weights, NVFP4 weights, an FP8 KV cache, FP8 weights with it — is teacher-forced over those
 sequences, and at every generated position its distribution over the phase's allowed ids is compared with the BF16
 engine's: top-1 agreement, the mean negative log-likelihood of the sampled ids (beside BF16's own), and the
-total-variation distance. Top-1 agreement says little for the semantic phase (its distributions are nearly flat); TV is the number
-to read. With random weights these figures are not the published real-weight ones, which are printed beside them.
+total-variation distance. Top-1 agreement says little for the semantic phase (its distributions are nearly flat);
+TV is the number to read. With random weights these figures are not the published real-weight ones, which are
+printed beside them.
 """
 from __future__ import annotations
 
