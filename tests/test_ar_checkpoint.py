@@ -215,3 +215,22 @@ def test_farm_song_with_fp8_ar_weights_says_so(tiny_ckpt_dir, tmp_path):
     assert r.exit_code == 0, r.output
     settings = json.loads((out / "settings.json").read_text())
     assert settings["checkpoint"]["ar"] == {"format": "fp8"}
+
+
+def test_farm_song_renders_end_to_end_from_a_quantised_checkpoint(quantized_dir, tiny_ckpt_dir, tmp_path):
+    """`farm song --ar-checkpoint DIR` (FP8 and NVFP4 files written by `farm quantize`): the whole song renders from
+    the checkpoint's AR weights, settings.json names the format, and the audio equals the song whose engines
+    quantise the MoT's own weights on load (`--ar-format`): the files hold exactly those values."""
+    fmt, path = quantized_dir
+    lyrics = tmp_path / "lyrics.txt"
+    lyrics.write_text("[verse]\nla la\n")
+    songs = {}
+    for name, flags in (("file", ["--ar-checkpoint", str(path)]), ("on-load", ["--ar-format", fmt])):
+        out = tmp_path / name
+        r = CliRunner().invoke(app, ["song", "--model", str(tiny_ckpt_dir), "--style", "pop", "--lyrics-file",
+                                     str(lyrics), "--out", str(out), "--max-semantic-tokens", "24", *flags])
+        assert r.exit_code == 0, r.output
+        assert json.loads((out / "settings.json").read_text())["checkpoint"]["ar"]["format"] == fmt
+        songs[name] = out
+    assert (songs["file"] / "audio.flac").read_bytes() == (songs["on-load"] / "audio.flac").read_bytes()
+    assert (songs["file"] / "audio.flac").stat().st_size > 1000
