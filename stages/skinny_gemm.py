@@ -103,8 +103,9 @@ MEASURED = {
     (2048, 2048, "add", False, "fp8"): Tiling(64, 512, 4, 4, 3),       # o        4.4 µs (BF16 5.9)
     (6144, 2048, "silu_mul", False, "fp8"): Tiling(64, 256, 4, 4, 3),  # gate/up 16.3 µs (BF16 16.4)
     (2048, 6144, "add", False, "fp8"): Tiling(64, 256, 4, 4, 3),       # down     9.3 µs (BF16 9.6)
-    # NVFP4 weights (docs/measured/2026-12-01-h200-sweep-nvfp4.log): a quarter of the bytes, more time — widening
-    # e2m1 and its group scale costs more ALU work per byte than an H200 has (below)
+    # NVFP4 weights: a quarter of the bytes, more time — widening e2m1 and its group scale costs more ALU work per
+    # byte than an H200 has. Swept by a session whose log was lost (its figures below); the whole step with these
+    # tiles: docs/measured/2026-12-01-h200-s24-bench-ar-nvfp4.log (0.85x BF16 at one row)
     (4096, 2048, "none", False, "nvfp4"): Tiling(64, 256, 4, 4, 4),    # q/k/v    8.05 µs
     (2048, 2048, "add", False, "nvfp4"): Tiling(64, 256, 8, 4, 4),     # o        5.54 µs
     (6144, 2048, "silu_mul", False, "nvfp4"): Tiling(64, 256, 8, 4, 4),  # gate/up 21.8 µs
