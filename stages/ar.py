@@ -25,8 +25,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import fast_sampling, quant, sampling, skinny_gemm, step_weights
-from .compiled import compiled
+from . import fast_sampling, quant, sampling, skinny_gemm, step_weights, vocab_spans
+from .compiled import shared
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
@@ -112,8 +112,8 @@ class AREngine:
         self._best, self._norm = fast_sampling.best, rms_norm
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
             self._best, self._norm, self._head, self._tail = (
-                _compiled(fast_sampling.best), _compiled(rms_norm), _compiled(self._head), _compiled(self._tail))
-        self.variants = _variants(layout, cfg.vocab_size)
+                shared(fast_sampling.best), shared(rms_norm), shared(self._head), shared(self._tail))
+        self.variants = vocab_spans.for_phases(layout, cfg.vocab_size)
         # each span's logits in a buffer of its own (the lm_head's product lands there; the draw reads it)
         self.span_logits = {span: self.next_logits if span == (0, cfg.vocab_size) else
                             torch.zeros(slots, span[1] - span[0], dtype=self.dtype, device=self.device)
@@ -226,7 +226,7 @@ class AREngine:
             x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
         return self._norm(x[:, 0], self.model.model.norm.weight, self.dims.eps)
 
-    def _feed(self, variant: _Variant | None = None) -> None:
+    def _feed(self, variant: vocab_spans.StepSpans | None = None) -> None:
         """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits` (the
         whole vocabulary), or with a `variant` in the buffers of its spans (`span_logits`) only."""
         go = self.table.active
@@ -239,18 +239,12 @@ class AREngine:
                 torch.mm(hidden, weight[a:b].t(), out=self.span_logits[(a, b)])
         self.lengths.add_(go.long())
 
-    def _device_step(self, j: int, variant: _Variant) -> None:
+    def _device_step(self, j: int, variant: vocab_spans.StepSpans) -> None:
         """Draw for every slot, record the draws in row j of `drawn`, book them, feed them back (an unconditional
         slot is fed, and goes on or stops with, its conditional slot's draw). `variant`: the spans of the
         vocabulary the live phases need."""
         t = self.table
-        (a, b), *second = variant.spans
-        values, ids = self._best(self.span_logits[(a, b)], t, a)
-        if second:      # a row draws among its own phase's span, whatever else shares the step
-            (c, d), = second
-            other, other_ids = self._best(self.span_logits[(c, d)], t, c)
-            theirs = (t.end == c)[:, None]            # the second span starts at its phase's end id
-            values, ids = torch.where(theirs, other, values), torch.where(theirs, other_ids, ids)
+        values, ids = vocab_spans.candidates(self._best, self.span_logits, variant, t)
         drawn, go = fast_sampling.pick(values, ids, t, self.drawn[j])
         torch.index_select(go, 0, t.owner, out=t.active)
         torch.index_select(drawn, 0, t.owner, out=self.tokens)
@@ -278,11 +272,11 @@ class AREngine:
             self.lengths.zero_()
             self.drawn.fill_(-1)
 
-    def _block(self, variant: _Variant) -> None:
+    def _block(self, variant: vocab_spans.StepSpans) -> None:
         for j in range(self.block):
             self._device_step(j, variant)
 
-    def _run(self, name: str, variant: _Variant | None = None) -> None:
+    def _run(self, name: str, variant: vocab_spans.StepSpans | None = None) -> None:
         if name in self.graphs:
             self.graphs[name].replay()
         elif name == "feed":
@@ -396,45 +390,6 @@ class AREngine:
                 raise RuntimeError(f"{waiting[0].key}: does not fit this engine's KV cache")
             results.extend(self.step())
         return results
-
-
-SPAN_ALIGN = 64      # span widths round up to this: cuBLAS picks slow unaligned kernels for an odd width
-
-
-@dataclass(frozen=True)
-class _Variant:
-    """What a step computes for one set of live phases: the lm_head and the draw over `spans` of the vocabulary,
-    each its own product into its own buffer and its own top-k. A row's logits and candidates always come from
-    its own phase's span, in one shape, so they never depend on which other phases share the step."""
-    name: str
-    spans: tuple[tuple[int, int], ...]      # one, or two: the plan span (from id 0) first
-
-
-def _variants(layout: TokenLayout, vocab: int) -> dict[frozenset, _Variant]:
-    """A step with only plan rows reads the lm_head's plan span (82 % of the yue2-3b vocabulary) and draws over
-    it; only semantic rows, the codec span (18 %); both, the two. Each span is its phase's `fast_sampling.window`,
-    widened to a multiple of SPAN_ALIGN ids. The plan span must start at 0 and the semantic one at its end id (how
-    a step of both tells its rows apart); otherwise every step reads the whole lm_head."""
-    windows = [fast_sampling.window(p, layout) for p in ("plan", "semantic")]
-    keys = [frozenset({"plan"}), frozenset({"semantic"}), frozenset({"plan", "semantic"})]
-    if None in windows or windows[0][0] != 0 or windows[1][0] != sampling.end_id("semantic", layout):
-        return dict.fromkeys(keys, _Variant("block", ((0, vocab),)))
-    plan, semantic = ((a, min(vocab, a + -(-(b - a) // SPAN_ALIGN) * SPAN_ALIGN)) for a, b in windows)
-    return dict(zip(keys, (_Variant("block-plan", (plan,)), _Variant("block-semantic", (semantic,)),
-                           _Variant("block-both", (plan, semantic)))))
-
-
-_COMPILED: dict = {}
-
-
-def _compiled(fn):
-    """Inductor's kernels use programmatic dependent launch where the card has it (Hopper on), like ours."""
-    if fn not in _COMPILED:
-        from torch._inductor import config as inductor
-
-        options = {"triton.enable_pdl": True} if hasattr(inductor.triton, "enable_pdl") else {}
-        _COMPILED[fn] = compiled(fn, fullgraph=True, dynamic=False, options=options)
-    return _COMPILED[fn]
 
 
 def _uses_cfg(request: ARRequest) -> bool:

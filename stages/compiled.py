@@ -28,3 +28,17 @@ def compiled(fn: Callable, **settings) -> Callable:
             return inner(*args, **kwargs)
 
     return call
+
+
+_SHARED: dict = {}
+
+
+def shared(fn: Callable) -> Callable:
+    """`fn` compiled once per process (fullgraph, static shapes), shared by every engine that runs it; Inductor's
+    kernels use programmatic dependent launch where the card has it (Hopper on), like our Triton kernels."""
+    if fn not in _SHARED:
+        from torch._inductor import config as inductor
+
+        options = {"triton.enable_pdl": True} if hasattr(inductor.triton, "enable_pdl") else {}
+        _SHARED[fn] = compiled(fn, fullgraph=True, dynamic=False, options=options)
+    return _SHARED[fn]

@@ -21,7 +21,6 @@ from dataclasses import dataclass
 import torch
 
 from .config import ConfigError, Sampling
-from .sampling import allowed_range, end_id
 
 CANDIDATES = 256     # the widest top_k the fast sampler takes
 WINDOW_MAX = 256     # the longest repetition-penalty window it takes
@@ -108,8 +107,8 @@ class SlotTable:
 
 def scores(logits: torch.Tensor, t: SlotTable, first: int = 0) -> torch.Tensor:
     """logits [S, W] (model dtype) of the ids first … first + W − 1 → FP32 scores after CFG, allowed ids,
-    min_tokens, penalty and temperature. A span narrower than the vocabulary (`window`) must hold every id its
-    rows may emit and start at 0 or at their end id, which is never booked into a window."""
+    min_tokens, penalty and temperature. A span narrower than the vocabulary (`vocab_spans.window`) must hold every
+    id its rows may emit and start at 0 or at their end id, which is never booked into a window."""
     c = logits
     u = logits.index_select(0, t.partner)
     mixed = (u.float() + (t.cfg_scale[:, None] * (c - u).float()).to(c.dtype).float()).to(c.dtype)
@@ -144,15 +143,6 @@ def best(logits: torch.Tensor, t: SlotTable, first: int = 0) -> tuple[torch.Tens
     numbering: the part of a step that torch.compile fuses."""
     values, ids = top(scores(logits, t, first))
     return values, ids + first
-
-
-def window(phase: str, layout) -> tuple[int, int] | None:
-    """The ids a row of `phase` may emit — its allowed range and its end id — as one span [a, b), or None where
-    that span would not start at 0 or at the end id (what `scores` asks of a span)."""
-    lo, hi = allowed_range(phase, layout)
-    end = end_id(phase, layout)
-    a, b = min(lo, end), max(hi, end + 1)
-    return (a, b) if a in (0, end) else None
 
 
 def keep(values: torch.Tensor, ids: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tensor]:

@@ -161,13 +161,13 @@ def test_a_step_reads_only_the_spans_of_the_vocabulary_its_phases_draw_from():
     span (18 %), each with its phase's end id and widened to a multiple of 64 ids; a step of both reads the two."""
     from pathlib import Path
 
-    from stages.ar import _variants
+    from stages.vocab_spans import for_phases
     from stages.config import BYTE_LAYOUT, from_toml
     from stages.sampling import allowed_range, end_id
 
     cfg = from_toml(Path(__file__).parents[1] / "configs" / "models" / "yue2-3b.toml")
     for layout, vocab in ((cfg.tokens, cfg.model.vocab_size), (BYTE_LAYOUT, 640)):
-        variants = _variants(layout, vocab)
+        variants = for_phases(layout, vocab)
         for phase in ("plan", "semantic"):
             (a, b), = variants[frozenset({phase})].spans
             lo, hi = allowed_range(phase, layout)
@@ -175,8 +175,8 @@ def test_a_step_reads_only_the_spans_of_the_vocabulary_its_phases_draw_from():
             assert (b - a) % 64 == 0 and b <= vocab
         assert variants[frozenset({"plan", "semantic"})].spans == (variants[frozenset({"plan"})].spans
                                                                    + variants[frozenset({"semantic"})].spans)
-    (_, plan), = _variants(cfg.tokens, cfg.model.vocab_size)[frozenset({"plan"})].spans
-    (a, b), = _variants(cfg.tokens, cfg.model.vocab_size)[frozenset({"semantic"})].spans
+    (_, plan), = for_phases(cfg.tokens, cfg.model.vocab_size)[frozenset({"plan"})].spans
+    (a, b), = for_phases(cfg.tokens, cfg.model.vocab_size)[frozenset({"semantic"})].spans
     assert (plan, a, b) == (151872, 151852, 184684) and round(plan / 184704, 3) == 0.822
 
 
