@@ -64,6 +64,8 @@ def write_album(store: Store, album, jobs: list[TrackJob], failures: dict[str, s
     for job in jobs:
         markers = trackstore.finished_stages(store, job)
         done = len(markers) == len(job.stages)
+        if done and trackstore.tag_render(store, job, album, len(jobs), identity):
+            markers = trackstore.finished_stages(store, job)
         held = job.hold_after is not None and len(markers) == len(job.to_run)
         status = "done" if done else ("failed" if job.key in failures else AWAITING if held else "incomplete")
         if done:

@@ -1,5 +1,6 @@
 """The album's last step: each track mastered to one loudness under a true-peak ceiling, tagged, and the whole album
-as one gapless FLAC with a cue sheet. The raw renders (`<track>/audio.flac`) are never touched.
+as one gapless FLAC with a cue sheet. The raw renders' audio (`<track>/audio.flac`) is never touched (their tags are
+kept current by tags.py).
 
 Per track (`master_track`): integrated loudness by ITU-R BS.1770 (pyloudnorm); a gain to the target (default
 −14 LUFS); a look-ahead peak limiter on the 4× oversampled signal (the true peak, as BS.1770 measures it) so the
@@ -18,7 +19,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from . import artifacts
+from . import artifacts, tags
 from .logs import log
 
 OVERSAMPLE = 4                 # true peak: BS.1770-4 Annex 2 measures on a 4× oversampled signal
@@ -101,19 +102,9 @@ def master_track(audio: np.ndarray, rate: int, spec: MasterSpec) -> tuple[np.nda
                  "lufs": figure(loudness(out, rate)), "true_peak": figure(true_peak_dbtp(out)), "samples": len(out)}
 
 
-def tagged_flac(audio: np.ndarray, rate: int, tags: dict[str, str], cuesheet: str | None = None) -> bytes:
+def tagged_flac(audio: np.ndarray, rate: int, comments: dict[str, str], cuesheet: str | None = None) -> bytes:
     """FLAC bytes (PCM 24) with Vorbis comments (and an embedded cue sheet as the CUESHEET comment)."""
-    from mutagen.flac import FLAC
-
-    buffer = io.BytesIO(artifacts.flac_bytes(audio, rate))
-    flac = FLAC(buffer)
-    for key, value in tags.items():
-        flac[key] = value
-    if cuesheet is not None:
-        flac["CUESHEET"] = cuesheet
-    buffer.seek(0)
-    flac.save(buffer)
-    return buffer.getvalue()
+    return tags.with_tags(artifacts.flac_bytes(audio, rate), comments, cuesheet)
 
 
 def cue_sheet(album: str, artist: str | None, titles: list[str], lengths: list[int], rate: int) -> str:
@@ -155,13 +146,8 @@ class AlbumMaster:
         audio, rate = sf.read(io.BytesIO(self.store.read_bytes(f"{job.key}/{artifacts.AUDIO}")), dtype="float32",
                               always_2d=True)
         out, measured = master_track(audio, rate, self.album.master)
-        tags = {"TITLE": job.title, "ALBUM": self.album.title, "TRACKNUMBER": str(job.number),
-                "TRACKTOTAL": str(len(self.jobs)), "YUE2_STYLE": job.request.style,
-                "YUE2_SEED": str(job.request.seed), "YUE2_MODEL": self.identity["id"],
-                "YUE2_SETTINGS": job.stage_keys["decode"]}
-        if self.album.artist:
-            tags["ARTIST"] = self.album.artist
-        self.store.write_bytes(f"{job.key}/{MASTERED}", tagged_flac(out, rate, tags))
+        comments = tags.track_tags(job, self.album, len(self.jobs), self.identity)
+        self.store.write_bytes(f"{job.key}/{MASTERED}", tagged_flac(out, rate, comments))
         return out, measured
 
     def abandon(self) -> None:
@@ -194,8 +180,9 @@ class AlbumMaster:
             ordered = [(self.jobs[key].title, results[key][0]) for key in self.jobs]
             rate, artist = artifacts.SAMPLE_RATE, self.album.artist
             cue = cue_sheet(self.album.title, artist, [t for t, _ in ordered], [len(a) for _, a in ordered], rate)
-            tags = {"TITLE": self.album.title, "ALBUM": self.album.title, **({"ARTIST": artist} if artist else {})}
-            self.store.write_bytes(ALBUM_FLAC, tagged_flac(np.concatenate([a for _, a in ordered]), rate, tags, cue))
+            comments = {"TITLE": self.album.title, "ALBUM": self.album.title, **({"ARTIST": artist} if artist else {})}
+            self.store.write_bytes(ALBUM_FLAC, tagged_flac(np.concatenate([a for _, a in ordered]), rate, comments,
+                                                           cue))
             self.store.write_bytes(ALBUM_CUE, cue.encode("utf-8"))
             report["album_samples"] = sum(len(a) for _, a in ordered)
         self.store.write_bytes(REPORT, artifacts.json_bytes(report))

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from . import artifacts, scores
+from . import artifacts, scores, tags
 from .errors import UserError, read_user_text
 from .identity import checkpoint_identity, stage_keys
 from .models import resolve_model
@@ -98,11 +98,15 @@ def render_song_folder(job: SongJob) -> dict:
                           ar_checkpoint=job.ar_checkpoint, kv_cache=job.kv_cache, ar_format=ar_format)
     song = render_song(engines, request, settings)
     identity = checkpoint_identity(paths, job.ar_checkpoint, ar_format, job.kv_cache)
+    keys = stage_keys(identity, request, settings)
     record = artifacts.settings_record(
-        request=request, settings=settings, identity=identity, keys=stage_keys(identity, request, settings),
-        device=device, dtype=ckpt.cfg.dtype, timings=timings_record(song.timings), truncated=song.truncated,
-        frames=len(song.latents), samples=len(song.audio))
-    artifacts.write_song(store, "", artifacts.song_files(song), record)
+        request=request, settings=settings, identity=identity, keys=keys, device=device, dtype=ckpt.cfg.dtype,
+        timings=timings_record(song.timings), truncated=song.truncated, frames=len(song.latents),
+        samples=len(song.audio))
+    files = artifacts.song_files(song)
+    own = tags.render_tags(request, identity, keys["decode"])       # a lone song has no title or album
+    files[artifacts.AUDIO] = tags.with_tags(files[artifacts.AUDIO], own)
+    artifacts.write_song(store, "", files, record)
     record["score_midi"] = scores.write_midi(store, "")
     return record
 

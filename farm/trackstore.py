@@ -3,16 +3,16 @@
 Each stage writes its files, then `.stages/<stage>.json` (the stage key, each file's sha256, who made it). A stage
 counts as finished only when its marker's key matches the current key and its files are there, so a rerun starts a
 track at its first missing stage, a changed setting redoes exactly the stages it touches, and a crash between file
-and marker just redoes that stage.
+and marker just redoes that stage. `tag_render` keeps a finished raw render's Vorbis comments current (farm/tags.py).
 """
 from __future__ import annotations
 
 import hashlib
 import json
 
-from . import artifacts
+from . import artifacts, tags
 from .jobs import AcousticOutput, PlanOutput, SemanticOutput, TrackJob
-from .logs import LOG_FILE
+from .logs import LOG_FILE, log
 from .store import LOCK, Store
 
 STAGE_FILES = {"plan": (artifacts.SCORE, artifacts.PLAN), "semantic": (artifacts.SEMANTIC,),
@@ -75,3 +75,22 @@ def load_semantic(store: Store, key: str) -> SemanticOutput:
 
 def load_latents(store: Store, key: str) -> AcousticOutput:
     return AcousticOutput(key, artifacts.read_npy(store.read_bytes(f"{key}/{artifacts.LATENTS}")))
+
+
+def tag_render(store: Store, job: TrackJob, album, total: int, identity: dict) -> bool:
+    """Give a finished track's raw render its current tags (farm/tags.py says why). → whether its decode marker
+    changed."""
+    path = f"{job.key}/{artifacts.AUDIO}"
+    data = store.read_bytes(path)
+    want = tags.track_tags(job, album, total, identity)
+    if tags.read_tags(data) != want:
+        data = tags.with_tags(data, want)
+        store.write_bytes(path, data)
+        log.info("%s: raw render tagged", job.key)
+    m = read_marker(store, job.key, "decode")
+    digest = hashlib.sha256(data).hexdigest()
+    if m is None or m.get("files", {}).get(artifacts.AUDIO) == digest:
+        return False
+    m["files"][artifacts.AUDIO] = digest           # file first, marker last: a crash between is mended next time
+    store.write_bytes(marker(job.key, "decode"), artifacts.json_bytes(m))
+    return True

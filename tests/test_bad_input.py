@@ -299,6 +299,21 @@ def test_other_commands_refuse_bad_input(world, no_work, tmp_path, case, argv, e
     check(run(argv, world, out), expected, world, out)
 
 
+@pytest.mark.parametrize("argv, expected", [
+    (["song", "--lyrics-file", "lyrics.txt"], "song: Missing option '--style'."),
+    (["render", "album.toml", "--bogus"], "render: No such option: --bogus"),
+    (["simulate", "--tracks", "many"], "simulate: Invalid value for '--tracks'"),
+    (["bench", "ar", "--rows", "1,x"], "bench ar: "),
+    (["mix"], "No such command 'mix'."),
+], ids=["missing-option", "unknown-option", "bad-value", "bad-value-nested", "unknown-command"])
+def test_a_command_line_mistake_is_one_line_and_exit_2(argv, expected):
+    """What the parser refuses (before any command runs) ends like every user error: one line, naming the flag."""
+    result = CliRunner().invoke(app, argv)
+    lines = result.stderr.strip().splitlines()
+    assert result.exit_code == 2 and len(lines) == 1 and lines[0].startswith("error: "), result.stderr
+    assert expected in lines[0] and lines[0].endswith("-h)") and not result.stdout, lines[0]
+
+
 def test_the_table_is_wide():
     assert len(RENDER) + len(SONG) + len(OTHERS) >= 60
 

@@ -2,6 +2,7 @@
 failures, storage. Resume after a stopped driver and card-by-card placement: tests/test_farm_resume.py."""
 from __future__ import annotations
 
+import hashlib
 import json
 
 import numpy as np
@@ -15,7 +16,7 @@ from farm.driver import RenderOptions, render_album
 from farm.jobs import track_request, track_settings
 
 from .conftest import PROFILES
-from .farm_album import FILES
+from .farm_album import FILES, same_content
 
 pytestmark = pytest.mark.slow     # full renders on the session's Ray cluster
 
@@ -37,8 +38,8 @@ def test_render_log_holds_the_plan_each_call_and_the_workers_lines(rendered):
 
 def test_mastered_tracks_album_flac_cue_and_tags(rendered):
     """The album step: each track at -14 LUFS (±0.5 LU) under -1 dBTP, measured on the written files; album.flac is
-    the mastered tracks in order, its cue indexes on their boundaries to the sample; tags read back; the raw renders
-    stay as they were (the byte-identity test above compares them with the sequential path)."""
+    the mastered tracks in order, its cue indexes on their boundaries to the sample; tags read back; the raw renders'
+    audio stays as it was (the test above compares their samples with the sequential path)."""
     import io
 
     import pyloudnorm
@@ -105,7 +106,7 @@ def test_album_renders_byte_identical_to_the_sequential_path(rendered, sequentia
     assert not result.failures and [r["status"] for r in result.rows] == ["done"] * 3
     for folder, files in sequential.items():
         for name in FILES:
-            assert (out / folder / name).read_bytes() == files[name], (folder, name)
+            assert same_content(name, (out / folder / name).read_bytes(), files[name]), (folder, name)
     events = pq.read_table(out / "metrics.parquet").to_pylist()
     assert {(e["track"], e["stage"]) for e in events} == {
         ("01-one", s) for s in ("plan", "semantic", "acoustic", "decode")} | {
@@ -125,7 +126,8 @@ def test_bytes_do_not_depend_on_the_thread_count(ray_cluster, album, tiny_ckpt_d
     two = sequential_songs(album, tiny_ckpt_dir, "fast", threads=2)
     for folder, files in sequential.items():
         for name in FILES:
-            assert (out / folder / name).read_bytes() == files[name] == two[folder][name], (folder, name)
+            assert same_content(name, (out / folder / name).read_bytes(), files[name]), (folder, name)
+            assert files[name] == two[folder][name], (folder, name)
 
 
 def test_album_outputs(rendered):
@@ -134,8 +136,6 @@ def test_album_outputs(rendered):
     assert [m["folder"] for m in manifest] == ["01-one", "02-two", "03-three"]
     for m in manifest:
         audio = (out / m["folder"] / "audio.flac").read_bytes()
-        import hashlib
-
         assert m["sha256_audio_flac"] == hashlib.sha256(audio).hexdigest()
         assert m["decode_gpu"] == "cpu" and m["acoustic_seconds"] > 0
     # the tiny model's random scores are no ABC music21 reads: no score.mid, and the manifest says why
@@ -173,7 +173,7 @@ def test_exact_mode_is_the_sequential_path_too(ray_cluster, album, tiny_ckpt_dir
     assert not result.failures
     assert all(e.batch == 1.0 for e in result.events)
     for folder, files in sequential_songs(album, tiny_ckpt_dir, "exact").items():
-        assert (out / folder / "audio.flac").read_bytes() == files["audio.flac"]
+        assert same_content("audio.flac", (out / folder / "audio.flac").read_bytes(), files["audio.flac"])
         assert (out / folder / "semantic.npy").read_bytes() != sequential[folder]["semantic.npy"]
 
 
@@ -193,7 +193,7 @@ def test_quantised_ar_weights_and_kv_cache_render_like_the_sequential_path(ray_c
     assert all("weights=fp8 kv=fp8" in e.batch_shape for e in result.events if e.stage in ("plan", "semantic"))
     for folder, files in sequential_songs(album, tiny_ckpt_dir, "fast", ar_checkpoint=ar_dir, kv_cache="fp8").items():
         for name in FILES:
-            assert (out / folder / name).read_bytes() == files[name], (folder, name)
+            assert same_content(name, (out / folder / name).read_bytes(), files[name]), (folder, name)
         fp8, bf16 = (json.loads((root / folder / "settings.json").read_text()) for root in (out, rendered[0]))
         assert fp8["checkpoint"]["ar"]["format"] == fp8["checkpoint"]["ar"]["kv_cache"] == "fp8"
         assert "ar" not in bf16["checkpoint"]
@@ -211,10 +211,44 @@ def test_fp8_ar_format_renders_like_the_sequential_path(ray_cluster, album, tiny
     assert all("weights=fp8 kv=bf16" in e.batch_shape for e in result.events if e.stage in ("plan", "semantic"))
     for folder, files in sequential_songs(album, tiny_ckpt_dir, "fast", ar_format="fp8").items():
         for name in FILES:
-            assert (out / folder / name).read_bytes() == files[name], (folder, name)
+            assert same_content(name, (out / folder / name).read_bytes(), files[name]), (folder, name)
         fp8, bf16 = (json.loads((root / folder / "settings.json").read_text()) for root in (out, rendered[0]))
         assert fp8["checkpoint"]["ar"] == {"format": "fp8"}
         assert all(fp8["stage_keys"][s] != bf16["stage_keys"][s] for s in fp8["stage_keys"]), folder
+
+
+def test_raw_renders_carry_their_tags_and_a_renamed_album_only_retags_them(ray_cluster, album, tiny_ckpt_dir,
+                                                                            rendered, tmp_path):
+    """Every raw audio.flac names its track, album, style, seed, model and settings; renaming the album and giving
+    it an artist runs no stage: the raw renders get the new tags, their samples stay, and the manifest's sha256 and
+    the decode markers describe the files now on disk."""
+    import shutil
+
+    from farm.tags import read_tags
+
+    out = tmp_path / "album"
+    shutil.copytree(rendered[0], out)
+    for number, folder in enumerate(["01-one", "02-two", "03-three"], start=1):
+        tags = read_tags((out / folder / "audio.flac").read_bytes())
+        settings = json.loads((out / folder / "settings.json").read_text())
+        assert tags == {"TITLE": ["One", "Two", "Three"][number - 1], "ALBUM": "Farm Test", "TRACKNUMBER": str(number),
+                        "TRACKTOTAL": "3", "YUE2_STYLE": "lo-fi pop, warm piano",
+                        "YUE2_SEED": str(settings["request"]["seed"]),
+                        "YUE2_MODEL": settings["checkpoint"]["id"],
+                        "YUE2_SETTINGS": settings["stage_keys"]["decode"]}, folder
+    renamed = tmp_path / "renamed.toml"
+    spec = album.read_text().replace('title = "Farm Test"', 'title = "Farm Test II"\nartist = "The Rays"', 1)
+    renamed.write_text(spec)
+    before = {f: (out / f / "audio.flac").read_bytes() for f in ("01-one", "02-two", "03-three")}
+    again = render_album(renamed, RenderOptions(out=str(out), model=str(tiny_ckpt_dir), cluster=PROFILES / "ci.toml",
+                                                progress=False))
+    assert again.events == [] and [r["status"] for r in again.rows] == ["done"] * 3
+    for row in pq.read_table(out / "manifest.parquet").to_pylist():
+        data = (out / row["folder"] / "audio.flac").read_bytes()
+        assert data != before[row["folder"]] and same_content("audio.flac", data, before[row["folder"]])
+        assert read_tags(data)["ARTIST"] == "The Rays" and read_tags(data)["ALBUM"] == "Farm Test II"
+        assert row["sha256_audio_flac"] == hashlib.sha256(data).hexdigest() == json.loads(
+            (out / row["folder"] / ".stages" / "decode.json").read_text())["files"]["audio.flac"]
 
 
 def test_rerun_recomputes_nothing(ray_cluster, album, tiny_ckpt_dir, rendered):

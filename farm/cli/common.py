@@ -2,14 +2,41 @@
 command (one line, its exit code)."""
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Annotated
 
 import typer
+from typer.core import TyperGroup
 
 HELP = {"help_option_names": ["-h", "--help"]}
-app = typer.Typer(no_args_is_help=True, rich_markup_mode="rich", add_completion=False, context_settings=HELP,
-                  help="yue2-farm: render YuE2-3B songs and albums across the GPUs you have.")
+
+
+class OneLineUsageErrors(TyperGroup):
+    """The root command: a mistake on the command line (a missing or unknown option, a value of the wrong type, an
+    unknown command) ends like every other user error: one line naming the flag, exit 2 — not click's usage block
+    and Typer's error box. Everything else ends as in click's standalone mode."""
+
+    def main(self, *args, standalone_mode: bool = True, **kwargs):
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            rv = super().main(*args, standalone_mode=False, **kwargs)
+        except typer.TyperException as exc:       # typer's click: a usage error, a bad value, a missing file
+            if type(exc).__name__ == "NoArgsIsHelpError":          # that one has printed the help already
+                sys.exit(2)
+            ctx = getattr(exc, "ctx", None)
+            where, hint = (f"{ctx.command_path}: ", f" (see {ctx.command_path} -h)") if ctx is not None else ("", "")
+            typer.echo(f"error: {where}{exc.format_message()}{hint}", err=True)
+            sys.exit(getattr(exc, "exit_code", 2))
+        except typer.Abort:
+            typer.echo("Aborted.", err=True)
+            sys.exit(1)
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
+app = typer.Typer(cls=OneLineUsageErrors, no_args_is_help=True, rich_markup_mode="rich", add_completion=False,
+                  context_settings=HELP, help="yue2-farm: render YuE2-3B songs and albums across the GPUs you have.")
 bench_app = typer.Typer(no_args_is_help=True, context_settings=HELP,
                         help="Benchmarks: tables against the H200 floors (docs/benchmarks.md).")
 app.add_typer(bench_app, name="bench")
