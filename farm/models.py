@@ -31,13 +31,17 @@ def configs_dir() -> Path:
     raise FileNotFoundError("the configs/ directory is missing from this installation")
 
 
+def model_config_names() -> tuple[str, ...]:
+    """The model configs `--config` and an album's `model` may name: configs/models/*.toml."""
+    return tuple(sorted(p.stem for p in (configs_dir() / "models").glob("*.toml")))
+
+
 def named_config(name: str):
     from stages.config import from_toml
 
     path = configs_dir() / "models" / f"{name}.toml"
     if not path.exists():
-        known = sorted(p.stem for p in (configs_dir() / "models").glob("*.toml"))
-        raise ModelError(f"unknown model config {name!r}; known: {', '.join(known)}")
+        raise ModelError(f"unknown model config {name!r}; known: {', '.join(model_config_names())}")
     return from_toml(path)
 
 

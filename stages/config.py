@@ -12,6 +12,10 @@ from dataclasses import MISSING, dataclass, fields, replace
 from pathlib import Path
 from typing import Any
 
+# How the VAE decoder's convolutions multiply on CUDA (stages/vae.py says what each costs): "fp32" the default,
+# "tf32" the documented faster mode. Here, beside the other settings, so the CLI can list them without torch.
+DECODE_PRECISIONS = ("fp32", "tf32")
+
 
 class ConfigError(ValueError):
     """A config file is missing, malformed, or disagrees with itself."""

@@ -19,7 +19,7 @@ from torch import nn
 
 from .checkpoint import check_layout, load_tensors
 from .compiled import compiled
-from .config import VaeConfig
+from .config import DECODE_PRECISIONS as PRECISIONS, VaeConfig
 
 Shape = tuple[int, ...]
 KERNEL = 7                  # stem, residual and output convs
@@ -332,7 +332,7 @@ def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int)
 # How the decoder's convolutions multiply on CUDA. "fp32": FP32 for real (the default; cuDNN would allow TF32
 # convolutions otherwise). "tf32": TensorFloat-32 tensor cores, 2x faster on an H200 for a song, with audio ~3e-4
 # mean / ~2.5e-3 max abs from FP32 (docs/benchmarks.md): a documented mode, another song's bytes. CPUs ignore it.
-PRECISIONS = ("fp32", "tf32")
+# The names: PRECISIONS (config.DECODE_PRECISIONS).
 
 
 @contextlib.contextmanager

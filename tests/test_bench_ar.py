@@ -5,9 +5,12 @@ from __future__ import annotations
 
 import json
 
+import pytest
 from typer.testing import CliRunner
 
 from farm.cli import app
+
+pytestmark = pytest.mark.slow     # the whole benchmark command, ~12 s on two cores: not a unit test
 
 
 def test_bench_ar_reports_points_invariance_numerics_and_summary(tiny_ckpt_dir, tmp_path):

@@ -35,7 +35,7 @@ def test_init_checkpoint_command(tmp_path):
     again = RUN.invoke(app, ["init-checkpoint", str(tmp_path / "ck"), "--config", "tiny"])
     assert again.exit_code == 2 and "already exists" in again.stderr
     bad = RUN.invoke(app, ["init-checkpoint", str(tmp_path / "x"), "--config", "huge"])
-    assert bad.exit_code == 2 and "unknown model config 'huge'" in bad.stderr
+    assert bad.exit_code == 2 and "'huge' is not one of 'tiny', 'yue2-3b'" in bad.stderr
 
 
 def test_song_folder_is_complete_and_deterministic(tiny_ckpt_dir, lyrics, tmp_path):
@@ -91,7 +91,7 @@ def test_tiny_is_created_on_first_use(lyrics, tmp_path, monkeypatch):
 @pytest.mark.parametrize("case, message", [
     ("missing lyrics", "--lyrics-file: file not found"),
     ("empty lyrics", ": empty"),
-    ("unknown cot", "--cot must be one of full, melody, off, got 'loud'"),
+    ("unknown cot", "Invalid value for '--cot': 'loud' is not one of 'full', 'melody', 'off'"),
     ("abc outside text", "ABC token id 300 is outside the text range [0, 256)"),
     ("prompt over context", "exceeds the model context of 512 tokens"),
 ])

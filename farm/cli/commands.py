@@ -6,14 +6,15 @@ from typing import Annotated
 
 import typer
 
-from .common import (EXIT_FAILED_TRACKS, ArFormatFlag, DeviceOpt, KvOpt, ModelOpt, VaeOpt, app, fail, guarded,
-                     interruptible)
+from .common import (EXIT_FAILED_TRACKS, ArFormatFlag, Cot, DecodePrecision, DeviceOpt, KvFormat, KvOpt, ModelConfig,
+                     ModelOpt, QuantFormat, VaeOpt, app, fail, guarded, interruptible)
 
 
 @app.command("init-checkpoint")
 def init_checkpoint(
     out: Annotated[Path, typer.Argument(help="Directory to create model/ and vae/ in.")],
-    config: Annotated[str, typer.Option("--config", "-c", help="tiny or yue2-3b (configs/models/*.toml).")] = "tiny",
+    config: Annotated[ModelConfig, typer.Option("--config", "-c", help="A model config (configs/models/*.toml).")]
+    = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
     device: DeviceOpt = "cpu",
 ) -> None:
@@ -33,9 +34,10 @@ def quantize(
     out: Annotated[Path, typer.Argument(help="New directory for the quantised AR checkpoint.")],
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
-    weight_format: Annotated[str, typer.Option("--format", help="fp8: FP8 weights, one scale per output channel "
-                                               "(compressed-tensors FP8_DYNAMIC, W8A8); nvfp4: FP4 weights, an "
-                                               "FP8 scale per 16 values (NVFP4A16, W4A16).")] = "fp8",
+    weight_format: Annotated[QuantFormat, typer.Option("--format", help="fp8: FP8 weights, one scale per output "
+                                                       "channel (compressed-tensors FP8_DYNAMIC, W8A8); nvfp4: FP4 "
+                                                       "weights, an FP8 scale per 16 values (NVFP4A16, W4A16).")]
+    = "fp8",
 ) -> None:
     """Write the AR half of a checkpoint as a quantised Qwen3-shaped checkpoint in the compressed-tensors format
     (for `--ar-checkpoint`, and readable by transformers)."""
@@ -53,8 +55,7 @@ def song(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
     seed: Annotated[int, typer.Option(help="Request seed.")] = 831001,
-    # A plain string checked by the song job: typer's own choice errors are a multi-line box, ours one line.
-    cot: Annotated[str, typer.Option(help="How much score the plan stage writes: full, melody or off.")] = "full",
+    cot: Annotated[Cot, typer.Option(help="How much score the plan stage writes: full, melody or off.")] = "full",
     abc_file: Annotated[Path | None, typer.Option("--abc-file", help="Your own score: ABC text or plan.npy ids.")]
     = None,
     max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).")] = None,
@@ -62,9 +63,9 @@ def song(
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
     exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with the seed's "
                                              "generator); slower, another song than the default.")] = False,
-    decode_precision: Annotated[str, typer.Option(help="The VAE's convolutions: fp32 (default) or tf32 (about 2x "
-                                                       "faster on a GPU, audio ~3e-4 from FP32; another song's "
-                                                       "bytes).")] = "fp32",
+    decode_precision: Annotated[DecodePrecision, typer.Option(help="The VAE's convolutions: fp32 (default) or tf32 "
+                                                                   "(about 2x faster on a GPU, audio ~3e-4 from "
+                                                                   "FP32; another song's bytes).")] = "fp32",
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages.")] = None,
     kv_cache: KvOpt = "bf16",
@@ -120,8 +121,8 @@ def render(
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages (default: "
                                                        "the album's ar_checkpoint, if any).")] = None,
-    kv_cache: Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache: bf16 or fp8 (default: the "
-                                                 "album's kv_cache, else bf16).")] = None,
+    kv_cache: Annotated[KvFormat | None, typer.Option("--kv-cache", help="The AR KV cache: bf16 or fp8 (default: "
+                                                      "the album's kv_cache, else bf16).")] = None,
     ar_format: ArFormatFlag = None,
     approve: Annotated[bool, typer.Option(help="Stop each track after its plan stage: read the candidate scores "
                                                "(plans/<k>/score.abc) and go on with `farm approve OUT TRACK K`.")]

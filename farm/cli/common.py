@@ -4,10 +4,16 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Literal
 
 import typer
 from typer.core import TyperGroup
+
+from cluster.workload import AR_FORMAT_BYTES, KV_FORMAT_BYTES
+from stages.config import DECODE_PRECISIONS
+from stages.protocol import COT_MODES
+
+from ..models import model_config_names
 
 HELP = {"help_option_names": ["-h", "--help"]}
 
@@ -27,7 +33,8 @@ class OneLineUsageErrors(TyperGroup):
                 sys.exit(2)
             ctx = getattr(exc, "ctx", None)
             where, hint = (f"{ctx.command_path}: ", f" (see {ctx.command_path} -h)") if ctx is not None else ("", "")
-            typer.echo(f"error: {where}{exc.format_message()}{hint}", err=True)
+            message = exc.format_message().replace("Value error, ", "")      # pydantic's prefix on a bad choice
+            typer.echo(f"error: {where}{message}{hint}", err=True)
             sys.exit(getattr(exc, "exit_code", 2))
         except typer.Abort:
             typer.echo("Aborted.", err=True)
@@ -60,31 +67,40 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
                                                    help="Print the version and exit.")] = False) -> None:
     """yue2-farm: render YuE2-3B songs and albums across the GPUs you have."""
 
+def one_of(*values: str):
+    """A choice typer checks and lists in the help (<a|b|c>); a wrong one ends in one line (OneLineUsageErrors).
+    The values come from their one home (the formats from cluster/workload.py, the rest from stages/)."""
+    return Literal[values]
+
+
+AR_FORMATS, KV_FORMATS = tuple(AR_FORMAT_BYTES), tuple(KV_FORMAT_BYTES)
+ArFormat, KvFormat, QuantFormat = one_of(*AR_FORMATS), one_of(*KV_FORMATS), one_of(*AR_FORMATS[1:])
+Cot = one_of(*COT_MODES)
+DecodePrecision = one_of(*DECODE_PRECISIONS)
+ModelConfig = one_of(*model_config_names())
 ModelOpt = Annotated[str, typer.Option("--model", "-m", envvar="FARM_MODEL",
                                        help="'tiny' (random, created on first use) or a checkpoint directory.")]
 VaeOpt = Annotated[str | None, typer.Option("--vae", help="VAE directory, when --model is a bare model dir.")]
-KvOpt = Annotated[str, typer.Option("--kv-cache", help="The AR KV cache: bf16 (the model's dtype) or fp8 (e4m3: "
-                                    "half the bytes a step reads; other songs).")]
-ArFormatOpt = Annotated[str, typer.Option("--format", "--ar-format", help="The AR step's weights: bf16 (the model's "
-                                         "own), fp8 (one scale per output channel) or nvfp4 (FP4, a scale per 16 "
-                                         "values), quantised when the engine starts.")]
+KvOpt = Annotated[KvFormat, typer.Option("--kv-cache", help="The AR KV cache: bf16 (the model's dtype) or fp8 (e4m3: "
+                                         "half the bytes a step reads; other songs).")]
+ArFormatOpt = Annotated[ArFormat, typer.Option("--format", "--ar-format", help="The AR step's weights: bf16 (the "
+                                               "model's own), fp8 (one scale per output channel) or nvfp4 (FP4, a "
+                                               "scale per 16 values), quantised when the engine starts.")]
 # farm song / render: the AR weights' format, or None for the album's (else bf16, or the AR checkpoint's)
-ArFormatFlag = Annotated[str | None, typer.Option("--ar-format", help="The AR step's weights: bf16, fp8 or nvfp4 "
-                                                  "(the model's own, quantised when the engines load; other songs). "
-                                                  "Default: the album's ar_format, else bf16, or the "
-                                                  "--ar-checkpoint's format.")]
+ArFormatFlag = Annotated[ArFormat | None, typer.Option("--ar-format", help="The AR step's weights: bf16, fp8 or nvfp4 "
+                                                       "(the model's own, quantised when the engines load; other "
+                                                       "songs). Default: the album's ar_format, else bf16, or the "
+                                                       "--ar-checkpoint's format.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
 # the benchmarks' report file and the headline keys they update
 JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")]
 SummaryOpt = Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
 # `--json PATH` writes a report file (the benchmarks); `--output` is how `plan` and `simulate` print; `--format` is
 # always an AR weight format (`farm quantize`, `farm bench ar|song`).
-OutputOpt = Annotated[str, typer.Option("--output", help="How to print it: table or json.")]
+OutputOpt = Annotated[one_of("table", "json"), typer.Option("--output", help="How to print it: table or json.")]
 
 
 def _as_json(output: str) -> bool:
-    if output not in ("table", "json"):
-        fail(f"--output must be table or json, got {output!r}")
     return output == "json"
 
 

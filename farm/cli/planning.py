@@ -6,7 +6,7 @@ from typing import Annotated
 
 import typer
 
-from .common import OutputOpt, _as_json, app, guarded
+from .common import AR_FORMATS, KvFormat, OutputOpt, _as_json, app, guarded, one_of
 
 
 @app.command()
@@ -27,12 +27,11 @@ ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/
                                                       "host's GPUs.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")]
 MeanSecondsOpt = Annotated[float, typer.Option(help="Mean song length for --tracks.")]
-PlanArFormatOpt = Annotated[str | None, typer.Option("--ar-format", help="The AR weights to plan for: bf16, fp8, nvfp4 "
-                                                     "or auto (the planner picks the fastest for these cards; a render "
-                                                     "runs the one it is given). Default: the album's ar_format, "
-                                                     "else bf16.")]
-PlanKvOpt = Annotated[str | None, typer.Option("--kv-cache", help="The AR KV cache to plan for: bf16 or fp8 "
-                                               "(default: the album's kv_cache, else bf16).")]
+PlanArFormatOpt = Annotated[one_of(*AR_FORMATS, "auto") | None, typer.Option(
+    "--ar-format", help="The AR weights to plan for: bf16, fp8, nvfp4 or auto (the planner picks the fastest for these "
+                        "cards; a render runs the one it is given). Default: the album's ar_format, else bf16.")]
+PlanKvOpt = Annotated[KvFormat | None, typer.Option("--kv-cache", help="The AR KV cache to plan for: bf16 or fp8 "
+                                                    "(default: the album's kv_cache, else bf16).")]
 
 
 @app.command()
