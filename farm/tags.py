@@ -3,15 +3,14 @@
 One home for the tag names. A render's own tags (style, seed, model identity, the decode key as its settings hash)
 are fixed by the stage keys, so `farm song` writes them with the audio. An album track also carries its title,
 number, the album's title, track total and artist: those can change without the audio changing (a renamed album,
-a track added), so the decode stage does not write them; `tag_renders` brings every finished raw render's comments
-up to date at the end of a render (`trackstore.tag_render`), rewriting only the comment block (the audio frames stay
-byte for byte what the decode stage wrote), and records the new file's sha256 in the decode marker, so the manifest
-and the markers keep describing the files on disk. A tag change never costs a GPU stage.
+a track added), so the decode stage does not write them; `trackstore.tag_render` brings every finished raw render's
+comments up to date when a render ends, rewriting only the comment block (the audio frames stay byte for byte what
+the decode stage wrote), and records the new file's sha256 in the decode marker, so the manifest and the markers keep
+describing the files on disk. A tag change never costs a GPU stage.
 """
 from __future__ import annotations
 
 import io
-
 
 
 def render_tags(request, identity: dict, decode_key: str) -> dict[str, str]:
@@ -22,9 +21,9 @@ def render_tags(request, identity: dict, decode_key: str) -> dict[str, str]:
 
 def track_tags(job, album, total: int, identity: dict) -> dict[str, str]:
     """An album track's tags: its render's, plus title, album, track number and total, and the artist if given."""
-    tags = {"TITLE": job.title, "ALBUM": album.title, "TRACKNUMBER": str(job.number), "TRACKTOTAL": str(total),
-            **({"ARTIST": album.artist} if album.artist else {})}
-    return {**tags, **render_tags(job.request, identity, job.stage_keys["decode"])}
+    names = {"TITLE": job.title, "ALBUM": album.title, "TRACKNUMBER": str(job.number), "TRACKTOTAL": str(total),
+             **({"ARTIST": album.artist} if album.artist else {})}
+    return {**names, **render_tags(job.request, identity, job.stage_keys["decode"])}
 
 
 def with_tags(flac: bytes, tags: dict[str, str], cuesheet: str | None = None) -> bytes:

@@ -67,6 +67,7 @@ def _options(version: Annotated[bool, typer.Option("--version", callback=_versio
                                                    help="Print the version and exit.")] = False) -> None:
     """yue2-farm: render YuE2-3B songs and albums across the GPUs you have."""
 
+
 def one_of(*values: str):
     """A choice typer checks and lists in the help (<a|b|c>); a wrong one ends in one line (OneLineUsageErrors).
     The values come from their one home (the formats from cluster/workload.py, the rest from stages/)."""
