@@ -246,7 +246,7 @@ class AREngine:
         t = self.table
         values, ids = vocab_spans.candidates(self._best, self.span_logits, variant, t)
         drawn, go = fast_sampling.pick(values, ids, t, self.drawn[j])
-        torch.index_select(go, 0, t.owner, out=t.active)
+        fast_sampling.advance(t, go)
         torch.index_select(drawn, 0, t.owner, out=self.tokens)
         self._feed(variant)
 

@@ -161,11 +161,6 @@ def keep(values: torch.Tensor, ids: torch.Tensor, t: SlotTable) -> tuple[torch.T
     return ids, values.masked_fill(removed, float("-inf")).softmax(dim=1)
 
 
-def candidates(x: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tensor]:
-    """Scores [S, V] → (ids [S, C], probabilities [S, C]) after top-k and top-p, in canonical order."""
-    return keep(*top(x), t)
-
-
 def race(ids: torch.Tensor, probs: torch.Tensor, t: SlotTable) -> torch.Tensor:
     """The exponential race over the kept candidates (argmax at temperature 0) → one id per slot [S] int64."""
     race = probs / -torch.log(uniforms(t.key, t.count, ids))
@@ -174,8 +169,9 @@ def race(ids: torch.Tensor, probs: torch.Tensor, t: SlotTable) -> torch.Tensor:
 
 
 def draw(logits: torch.Tensor, t: SlotTable) -> torch.Tensor:
-    """One id per slot [S] int64: the exponential race over the kept candidates (argmax at temperature 0)."""
-    return race(*candidates(scores(logits, t), t), t)
+    """One id per slot [S] int64 from whole-vocabulary logits, without booking: `best`, `keep` and `race`, the
+    maths the engine's step runs (there through `pick`)."""
+    return race(*keep(*best(logits, t), t), t)
 
 
 def book(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
@@ -197,12 +193,10 @@ def book(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
     return grow & (t.count < t.max_tokens)
 
 
-def advance(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
-    """Book one step's draws (in place); → the slots that go on (bool [S]). Unconditional slots follow their
-    conditional slot."""
-    going_on = book(t, drawn).index_select(0, t.owner)
-    t.active.copy_(going_on)
-    return going_on
+def advance(t: SlotTable, go: torch.Tensor) -> None:
+    """The slots that go on after a step (`go` of `book` or `pick`): each slot follows its owner, so an
+    unconditional slot goes on or stops with its conditional one. In place, into `t.active`."""
+    torch.index_select(go, 0, t.owner, out=t.active)
 
 
 def pick(values: torch.Tensor, ids: torch.Tensor, t: SlotTable, log: torch.Tensor

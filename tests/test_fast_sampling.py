@@ -29,7 +29,7 @@ def table(rows: int, s: Sampling, phase: str, *, seed: int = 5, legacy: bool = F
             t.set_slot(r, {**values, "cfg_scale": cfg, "use_cfg": cfg != 1.0, "partner": partner, "owner": r,
                            "is_cond": True, "active": True})
     for token in history:                      # the window, booked the way the engine books it
-        fs.advance(t, torch.full((rows,), token, dtype=torch.long))
+        fs.advance(t, fs.book(t, torch.full((rows,), token, dtype=torch.long)))
     return t
 
 
@@ -42,7 +42,7 @@ def reference_probs(logits, s, phase, history, legacy=False, unconditional=None,
 
 
 def fast_probs(logits, t):
-    ids, probs = fs.candidates(fs.scores(logits, t), t)
+    ids, probs = fs.keep(*fs.best(logits, t), t)
     return torch.zeros(logits.shape[0], VOCAB).scatter_add_(1, ids, probs)
 
 
