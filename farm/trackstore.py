@@ -79,18 +79,19 @@ def load_latents(store: Store, key: str) -> AcousticOutput:
 
 def tag_render(store: Store, job: TrackJob, album, total: int, identity: dict) -> bool:
     """Give a finished track's raw render its current tags (farm/tags.py says why). → whether its decode marker
-    changed."""
+    changed. The marker records the tags with the file's sha256, so a render that changes nothing reads no audio
+    (a whole album from an object store, otherwise)."""
+    want = tags.track_tags(job, album, total, identity)
+    m = read_marker(store, job.key, "decode")
+    if m is None or m.get("tags") == want:
+        return False
     path = f"{job.key}/{artifacts.AUDIO}"
     data = store.read_bytes(path)
-    want = tags.track_tags(job, album, total, identity)
     if tags.read_tags(data) != want:
         data = tags.with_tags(data, want)
         store.write_bytes(path, data)
         log.info("%s: raw render tagged", job.key)
-    m = read_marker(store, job.key, "decode")
-    digest = hashlib.sha256(data).hexdigest()
-    if m is None or m.get("files", {}).get(artifacts.AUDIO) == digest:
-        return False
-    m["files"][artifacts.AUDIO] = digest           # file first, marker last: a crash between is mended next time
+    m["files"][artifacts.AUDIO] = hashlib.sha256(data).hexdigest()
+    m["tags"] = want                     # file first, marker last: a crash between is mended next time
     store.write_bytes(marker(job.key, "decode"), artifacts.json_bytes(m))
     return True

@@ -14,7 +14,8 @@ import numpy as np
 from . import fast_sampling
 from .acoustic import AcousticRequest
 from .ar import SAMPLERS, ARRequest, ARResult
-from .config import Sampling, Yue2Config, from_checkpoint
+from .config import Sampling, Yue2Config
+from .config_json import from_checkpoint
 from .protocol import (ProtocolError, SongRequest, check_context, chunk_ranges, given_abc_ids, negative_prefix,
                        plan_prefix, semantic_prefix)
 from .tokenizer import Tokenizer, load_tokenizer

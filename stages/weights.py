@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from . import config as configs
+from . import config as configs, config_json
 from .checkpoint import check_layout, load_tensors, write_tensors
 from .tokenizer import TIKTOKEN_FILE, write_synthetic_ranks
 from .transformer import AR, HEAD, NAR, YuE2, expected_shapes, sinusoid_table
@@ -109,9 +109,9 @@ def init_checkpoint(cfg: configs.Yue2Config, out_dir: str | Path, seed: int = 0,
 def write_configs(cfg: configs.Yue2Config, model_dir: Path, vae_dir: Path) -> None:
     """The checkpoint's JSON files, as the release has them: model/config.json, model/generation_config.json (our
     sampling defaults) and vae/config.json."""
-    _write_json(Path(model_dir) / "config.json", configs.model_json(cfg))
-    _write_json(Path(model_dir) / "generation_config.json", configs.generation_json(cfg))
-    _write_json(Path(vae_dir) / "config.json", configs.vae_json(cfg))
+    _write_json(Path(model_dir) / "config.json", config_json.model_json(cfg))
+    _write_json(Path(model_dir) / "generation_config.json", config_json.generation_json(cfg))
+    _write_json(Path(vae_dir) / "config.json", config_json.vae_json(cfg))
 
 
 def _write_json(path: Path, data: dict) -> None:

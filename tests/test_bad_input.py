@@ -74,7 +74,7 @@ def world(tmp_path_factory, tiny_ckpt_dir):
     config["num_hiden_layers"] = config.pop("num_hidden_layers")
     (typo / "model" / "config.json").write_text(json.dumps(config))
     from stages.ar_checkpoint import quantize_checkpoint
-    from stages.config import from_checkpoint
+    from stages.config_json import from_checkpoint
 
     cfg = from_checkpoint(tiny_ckpt_dir / "model", tiny_ckpt_dir / "vae")
     quantize_checkpoint(tiny_ckpt_dir / "model", cfg, w / "ar-fp8")

@@ -12,8 +12,8 @@ import torch
 from safetensors import safe_open
 
 from stages.checkpoint import CheckpointError, load_tensors, read_header, write_tensors
-from stages.config import (ConfigError, from_checkpoint, from_toml, model_config_from_json,
-                           vae_config_from_json)
+from stages.config import ConfigError, from_toml
+from stages.config_json import from_checkpoint, model_config_from_json, vae_config_from_json
 from stages.transformer import AR, HEAD, NAR, expected_shapes
 from stages.weights import ALL_PARTS, load_model, write_configs
 

@@ -17,7 +17,7 @@ pytestmark = pytest.mark.gpu
 
 @pytest.fixture(scope="module")
 def gpu_model(tiny_ckpt_dir, tiny_cfg):
-    from stages.config import from_checkpoint
+    from stages.config_json import from_checkpoint
     from stages.transformer import AR, HEAD
     from stages.weights import load_model
 
@@ -212,7 +212,7 @@ def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):
     """The acoustic engine on CUDA (compiled layer maths, prefix K/V buffers) against the eager layer maths: the
     same latents to BF16 rounding."""
     from stages.acoustic import AcousticEngine, AcousticRequest
-    from stages.config import from_checkpoint
+    from stages.config_json import from_checkpoint
     from stages.transformer import AR, NAR, layer_head, layer_tail
     from stages.weights import load_model
 
