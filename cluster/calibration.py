@@ -136,6 +136,8 @@ def default_calibration() -> Calibration:
 
 def calibration_toml(cal: Calibration) -> str:
     lines = ["# Efficiency factors for the yue2-farm cost model (cluster/costs.py), as fractions of datasheet peaks.",
+             "# Written by `farm calibrate`; what its reports do not measure keeps the file's earlier value (the",
+             "# fields of cluster/calibration.py say where each comes from; docs/benchmarks.md has the runs).",
              f'gpu = "{cal.gpu}"', f'source = "{_escape(cal.source)}"', ""]
     table = None
     for (name, key), attr in _FIELDS.items():

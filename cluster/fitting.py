@@ -54,8 +54,9 @@ def fit_calibration(measured: Measured, base: Calibration, model: ModelShape | N
     for stage, points in measured.stage_tokens_per_s.items():
         fit = _line_fit(points, t.mean_context(stage) * model.kv_bytes_per_token * t.cfg_branches, model,
                         bw * cal.ar_bandwidth_efficiency)
-        if fit is not None:
-            cal = replace(cal, **{f"{stage}_step_overhead_s": fit[0], f"{stage}_track_step_overhead_s": fit[1]})
+        # a fit that fails (a negative overhead) leaves the stage to the [ar] values, never to an older fit
+        fixed, per_track = fit if fit is not None else (None, None)
+        cal = replace(cal, **{f"{stage}_step_overhead_s": fixed, f"{stage}_track_step_overhead_s": per_track})
     record = {"audio_seconds": t.audio_seconds, "plan_tokens": t.plan_tokens, "semantic_tokens": t.semantic_tokens,
               "prompt_tokens": t.prompt_tokens, **{f"{k}_s": float(v) for k, v in s.items()}}
     record.update({f"ar_batch{b}_tokens_per_s": float(v) for b, v in measured.ar_tokens_per_s.items()})
@@ -97,4 +98,4 @@ def _fit_ar(cal: Calibration, measured: Measured, model: ModelShape, bw: float) 
         w = track_work(t, st, model)
         per_step = (model.ar_step_weight_bytes + w.kv_bytes_per_step) / stream
         rest += measured.seconds[st] - cal.job_overhead_s - w.flop / (spec_bf16 * cal.prefill_efficiency) - w.tokens * per_step
-    return replace(cal, ar_step_overhead_s=max(0.0, rest / steps - cal.ar_track_step_overhead_s))
+    return replace(cal, ar_step_overhead_s=max(0.0, rest / steps), ar_track_step_overhead_s=0.0)

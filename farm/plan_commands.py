@@ -146,7 +146,13 @@ def calibrate_report(report: dict, out: Path | None, albums: tuple[dict, ...] = 
     measured = measured_from_bench(report, albums)
     folder = calibration_dir() or configs_dir() / "calibration"
     target = out or folder / f"{measured.gpu.lower().replace(' ', '-')}.toml"
-    fitted = write_calibration(target, measured, model=ModelShape.yue2_3b())
+    # what this report does not measure (the co-run slowdowns, the formats' step costs) keeps the file's values
+    try:
+        base = load_calibration(target) if Path(target).is_file() else None
+    except (OSError, ValueError) as exc:
+        raise UserError(f"{target}: an existing calibration this run would update, but it cannot be read ({exc});"
+                        f" fix it or give --out") from None
+    fitted = write_calibration(target, measured, base=base, model=ModelShape.yue2_3b())
     return f"wrote {target}: " + ", ".join(f"{k}={getattr(fitted, k):.4g}" for k in (
         "ar_bandwidth_efficiency", "ar_step_overhead_s", "acoustic_efficiency", "decode_efficiency"))
 

@@ -33,69 +33,74 @@ def _norm_rope(QKV, W, COS, SIN, row_at, cs_at, heads, hmask, eps, D: tl.constex
 
 
 @triton.jit
+def _span(past, PROGRAMS: tl.constexpr, PAGE: tl.constexpr):
+    """Keys per span for a row with `past` cached keys: whole pages, few enough that PROGRAMS spans cover the row
+    (one span per program), never less than a page. It depends on the row's own length alone."""
+    return tl.maximum(tl.cdiv(tl.cdiv(past, PROGRAMS), PAGE), 1) * PAGE
+
+
+@triton.jit
 def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                        s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
-                       PAGE: tl.constexpr, SPLIT: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr,
-                       ROUNDS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
-    """Program (row, kv head, p) handles spans p, p + PROGRAMS, … of the row's cached keys: the query heads of one
-    GQA group against keys [span·SPLIT, +SPLIT) each. A span's result does not depend on which program ran it."""
+                       PAGE: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
+                       PDL: tl.constexpr, FP8: tl.constexpr = False):
+    """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time through a
+    pipelined loop: the query heads of one GQA group against the span's keys, online softmax in FP32."""
     if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     GROUPS: tl.constexpr = HEADS // KV
-    row, kvh = tl.program_id(0), tl.program_id(1)
+    row, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     past = tl.load(LENS + row) - 1
-    if past > tl.program_id(2) * SPLIT:
+    span = _span(past, PROGRAMS, PAGE)
+    start = split * span
+    if start < past:
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, D)
         n = tl.arange(0, PAGE)
         heads = kvh * GROUPS + g
         qmask = g < GROUPS
         q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
-        for r in range(0, ROUNDS):      # a constant bound and a runtime test: spans past the row are skipped
-            split = tl.program_id(2) + r * PROGRAMS
-            start = split * SPLIT
-            if start < past:
-                m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-                total = tl.zeros([GROUP_PAD], tl.float32)
-                acc = tl.zeros([GROUP_PAD, D], tl.float32)
-                for p in range(0, SPLIT // PAGE):
-                    pos = start + p * PAGE
-                    page_id = tl.load(BT + row * sbt_r + pos // PAGE, mask=pos < past, other=0)
-                    kmask = pos + n < past
-                    offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
-                    k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
-                    if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
-                        s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
-                    elif IEEE:   # FP32 caches: no TF32 rounding
-                        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-                    else:
-                        s = tl.dot(q, tl.trans(k)) * qk_scale
-                    s = tl.where(kmask[None, :], s, float("-inf"))
-                    m_new = tl.maximum(m, tl.max(s, 1))
-                    alpha = tl.exp2(m - m_new)
-                    weights = tl.exp2(s - m_new[:, None])
-                    total = total * alpha + tl.sum(weights, 1)
-                    v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-                    if FP8:
-                        acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
-                    elif IEEE:
-                        acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
-                    else:
-                        acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
-                    m = m_new
-                part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
-                tl.store(part, acc / total[:, None], mask=qmask[:, None])
-                tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+        total = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, D], tl.float32)
+        end = tl.minimum(start + span, past)
+        for pos in tl.range(start, end, PAGE, num_stages=STAGES):
+            page_id = tl.load(BT + row * sbt_r + pos // PAGE)
+            kmask = pos + n < end
+            offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
+            k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+            v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
+            if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
+                s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
+            elif IEEE:   # FP32 caches: no TF32 rounding
+                s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+            else:
+                s = tl.dot(q, tl.trans(k)) * qk_scale
+            s = tl.where(kmask[None, :], s, float("-inf"))
+            m_new = tl.maximum(m, tl.max(s, 1))
+            alpha = tl.exp2(m - m_new)
+            weights = tl.exp2(s - m_new[:, None])
+            total = total * alpha + tl.sum(weights, 1)
+            if FP8:
+                acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
+            elif IEEE:
+                acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
+            else:
+                acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
+            m = m_new
+        part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
+        tl.store(part, acc / total[:, None], mask=qmask[:, None])
+        tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
 
 
 @triton.jit
 def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
                     s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
                     HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                    SPLIT: tl.constexpr, MAX_SPLITS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
-    """Program (row, head): the new key first, then the row's spans in order, 32 at a time (a fixed order, so
+                    PROGRAMS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
+    """Program (row, head): the new key first, then the row's spans, all at once in a fixed order (so
     batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -119,21 +124,18 @@ def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
         m = tl.sum(q * k_new.to(tl.float32), 0) * qk_scale
         total = tl.full([], 1.0, tl.float32)
         acc = v_new.to(tl.float32)
-        splits = tl.cdiv(length - 1, SPLIT)
-        c = tl.arange(0, 32)
-        for first in range(0, MAX_SPLITS, 32):
-            if first < splits:
-                s = first + c
-                smask = s < splits
-                lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"))
-                m_new = tl.maximum(m, tl.max(lse, 0))
-                alpha = tl.exp2(m - m_new)
-                w = tl.where(smask, tl.exp2(lse - m_new), 0.0)
-                part = tl.load(PART + row * sp_r + head * sp_h + s[:, None] * sp_s + d[None, :],
-                               mask=smask[:, None], other=0.0)
-                acc = acc * alpha + tl.sum(part * w[:, None], 0)
-                total = total * alpha + tl.sum(w, 0)
-                m = m_new
+        past = length - 1
+        splits = tl.cdiv(past, _span(past, PROGRAMS, PAGE))
+        s = tl.arange(0, PROGRAMS)
+        smask = s < splits
+        lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"))
+        m_new = tl.maximum(m, tl.max(lse, 0))
+        alpha = tl.exp2(m - m_new)
+        w = tl.where(smask, tl.exp2(lse - m_new), 0.0)
+        part = tl.load(PART + row * sp_r + head * sp_h + s[:, None] * sp_s + d[None, :], mask=smask[:, None],
+                       other=0.0)
+        acc = acc * alpha + tl.sum(part * w[:, None], 0)
+        total = total * alpha + tl.sum(w, 0)
         tl.store(OUT + row * so_r + head * so_h + d, (acc / total).to(OUT.dtype.element_ty))
         if head % GROUPS == 0:
             pos = length - 1

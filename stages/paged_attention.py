@@ -7,12 +7,13 @@ stores the new key and value into the row's page, and attends over all seq_lens[
 is read or stored, and its output is zeros). Doing the norm and RoPE here spares the step two launches per layer:
 both kernels load q (and the merge kernel the new key) anyway.
 
-On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the keys of a row are cut into spans of
-`SPLIT`; a program handles one row, one KV head (all the query heads of its GQA group at once) and every
-`PROGRAMS`-th span of that row, so the grid does not grow with the cache while idle rows cost one load; a second
+On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the cached keys of a row are cut into at
+most `PROGRAMS` spans of whole pages (`_span`: a 450-key row gets 8 spans of one page, a 7,680-key row 15 of eight
+pages); a program handles one row, one KV head (all the query heads of its GQA group at once) and one span, a page
+at a time through a pipelined loop, so the grid does not grow with the cache while idle rows cost one load; a second
 kernel merges the new key and the spans in order and stores the new key and value (two launches per layer, the
-cache write included). The number of spans depends only on the row's own length, so a row's numbers never depend
-on which other rows share the step (batch invariance). SDPA over a padded cache reads every row up to the longest;
+cache write included). The spans depend only on the row's own length, so a row's numbers never depend on which
+other rows share the step (batch invariance). SDPA over a padded cache reads every row up to the longest;
 `farm bench ar` measures the two side by side. On the CPU the same maths runs in plain PyTorch (tests, tiny
 models). docs/ar-engine.md says more.
 """
@@ -25,8 +26,8 @@ import torch
 from .kv_cache import to_pool
 from .transformer import Dims, qk_norm_rope, split_heads
 
-SPLIT = 128          # keys per span: short rows still spread over several programs
-PROGRAMS = 16        # programs per (row, KV head); each takes every PROGRAMS-th span of its row
+PROGRAMS = 16        # programs (spans) per (row, KV head): short rows spread over several, long rows over no more
+STAGES = 2           # pages in flight per program (the span loop's pipeline; 2, 3 and 4 measured level)
 
 
 def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
@@ -73,24 +74,23 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
     rows, heads = qkv.shape[0], qkv.shape[1] // d - 2 * kv
     groups = heads // kv
     early = pdl(qkv.device)
-    max_splits = triton.cdiv(block_table.shape[1] * page, SPLIT)
-    part = torch.empty(rows, heads, max_splits, d, dtype=torch.float32, device=qkv.device)
-    lse = torch.empty(rows, heads, max_splits, dtype=torch.float32, device=qkv.device)
+    part = torch.empty(rows, heads, PROGRAMS, d, dtype=torch.float32, device=qkv.device)
+    lse = torch.empty(rows, heads, PROGRAMS, dtype=torch.float32, device=qkv.device)
     out = torch.empty(rows, heads, d, dtype=qkv.dtype, device=qkv.device)
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
-    common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, SPLIT=SPLIT, PDL=early, launch_pdl=early,
+    common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, PROGRAMS=PROGRAMS, PDL=early, launch_pdl=early,
                   FP8=k_pool.dtype == torch.float8_e4m3fn)
     split_kv_attention[(rows, kv, PROGRAMS)](
         qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
-        PROGRAMS=PROGRAMS, ROUNDS=triton.cdiv(max_splits, PROGRAMS), **common)
+        STAGES=STAGES, **common)
     merge_and_store[(rows, heads)](
         qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
-        qk_scale, eps, MAX_SPLITS=triton.cdiv(max_splits, 32) * 32, **common)
+        qk_scale, eps, **common)
     return out
 
 

@@ -34,14 +34,14 @@ def test_paged_kernel_equals_the_reference(pool):
     from stages.kv_cache import storage_dtype, to_pool
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    rows, heads, kv, d, page, pages = 6, 16, 8, 128, 64, 96
+    rows, heads, kv, d, page, pages = 6, 16, 8, 128, 64, 256
     qkv = torch.randn(rows, (heads + 2 * kv) * d, device="cuda", generator=g).bfloat16()
     q_norm, k_norm = ((1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16() for _ in range(2))
     dtype = storage_dtype(pool, torch.bfloat16)
     k = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
     v = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
-    table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 15] + 1).int().reshape(rows, 15)
-    lens = torch.tensor([0, 1, 63, 129, 700, 960], dtype=torch.int32, device="cuda")
+    table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 40] + 1).int().reshape(rows, 40)
+    lens = torch.tensor([0, 1, 63, 129, 960, 2500], dtype=torch.int32, device="cuda")   # 2,500: spans of 3 pages
     angles = (lens.clamp(min=1) - 1).float()[:, None] * 1e6 ** (-torch.arange(0, d, 2, device="cuda") / d)
     cos, sin = (f(torch.cat([angles, angles], -1)).bfloat16() for f in (torch.cos, torch.sin))
     k2, v2 = k.clone(), v.clone()
