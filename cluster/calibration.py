@@ -50,12 +50,13 @@ class Calibration:
     # The AR step's other formats (docs/benchmarks.md, 2026-12-01, one H200, the same engine in both formats):
     # FP8 weights cannot take the RMSNorms folded in, so a step runs 56 launches more — fitted so that the model
     # gives the measured FP8/BF16 step time of the reference track's AR stages (1.04); an FP8 KV byte costs this many
-    # BF16 bytes' time (the split kernel widens every page before its products; 8.70 vs 7.66 ms at 24 rows × 7,680).
+    # BF16 bytes' time (the split kernel widens every page before its products): 1.65 from 5.70 vs 6.60 ms at 24 rows
+    # × 7,680 and 3.74 vs 4.16 at 12 (one H200, 2026-12-02, the page-span kernel; 2.41 on the kernel before it).
     fp8_step_overhead_s: float = 4.4e-4
     # NVFP4 weights: the same unfolded norms; the step's other costs are assumed to be FP8's until measured on the
     # card (the [nvfp4] table of a calibration file)
     nvfp4_step_overhead_s: float = 4.4e-4
-    kvfp8_byte_cost: float = 2.41
+    kvfp8_byte_cost: float = 1.65
     plan_step_overhead_s: float | None = None
     plan_track_step_overhead_s: float | None = None
     semantic_step_overhead_s: float | None = None
