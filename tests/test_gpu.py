@@ -39,7 +39,10 @@ def test_paged_kernel_equals_the_reference(pool):
     q_norm, k_norm = ((1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16() for _ in range(2))
     dtype = storage_dtype(pool, torch.bfloat16)
     k = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
-    v = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
+    if pool == "bf16":
+        v = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
+    else:       # as kv_cache.PagedKV holds an e4m3 pool: pages [head_dim, token] in memory
+        v = to_pool(torch.randn(pages, kv, d, page, device="cuda", generator=g), dtype).transpose(-1, -2)
     table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 40] + 1).int().reshape(rows, 40)
     lens = torch.tensor([0, 1, 63, 129, 960, 2500], dtype=torch.int32, device="cuda")   # 2,500: spans of 3 pages
     angles = (lens.clamp(min=1) - 1).float()[:, None] * 1e6 ** (-torch.arange(0, d, 2, device="cuda") / d)

@@ -105,7 +105,8 @@ FP8_ATTENTION = PAGED_ATTENTION.replace(
     "k, v = torch.randn(pages, kv, page, d, generator=g), torch.randn(pages, kv, page, d, generator=g)",
     "from stages.kv_cache import to_pool\n"
     "    k = to_pool(torch.randn(pages, kv, page, d, generator=g), torch.float8_e4m3fn)\n"
-    "    v = to_pool(torch.randn(pages, kv, page, d, generator=g), torch.float8_e4m3fn)").replace(
+    # V as kv_cache.PagedKV holds an e4m3 pool: pages [head_dim, token] in memory, seen through a transposed view
+    "    v = to_pool(torch.randn(pages, kv, d, page, generator=g), torch.float8_e4m3fn).transpose(-1, -2)").replace(
     "assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()",
     "assert (got - want).abs().max() <= 5e-3, (got - want).abs().max()    # products in FP16").replace(
     "assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2)      # the cache write (keys normalised, rotated)",
