@@ -158,7 +158,8 @@ def test_compiled_step_is_as_close_to_fp32_as_the_eager_step(gpu_model, tiny_ckp
                                               (6144, 2048, "silu_mul", 1e-6)])
 def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, eps):
     """Our skinny GEMM on the yue2-3b shapes (and a tiny one), with and without the folded RMSNorm: close to the
-    cuBLAS result, bitwise repeatable, and a row's result does not change when the other rows do."""
+    cuBLAS result, bitwise repeatable, a row's result does not change when the other rows do, and with a live-row
+    mask the live rows are bit for bit the same while the others come back as zeros."""
     from stages import skinny_gemm as sg
 
     g = torch.Generator(device="cuda").manual_seed(n + k)
@@ -183,6 +184,10 @@ def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, eps):
         other_res[1:] = 0
     assert torch.equal(run(other, other_res)[0], got[0])
     assert torch.equal(run(x[:1], None if res is None else res[:1])[0], got[0])
+    live = torch.zeros(32, dtype=torch.bool, device="cuda")
+    live[[0, 5, 31]] = True                      # the step's live slots: only their rows are read
+    masked = sg.linear(x, w, epilogue, res, eps, live=live)
+    assert torch.equal(masked[live], got[live]) and not masked[~live].any()
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
@@ -209,6 +214,9 @@ def test_quantised_skinny_gemm_matches_the_dequantised_product(n, k, epilogue, f
     other = x.clone()
     other[1:] = 0
     assert torch.equal(sg.linear(other, pair, epilogue, res)[0], got[0])
+    live = torch.arange(32, device="cuda") % 3 == 0
+    masked = sg.linear(x, pair, epilogue, res, live=live)
+    assert torch.equal(masked[live], got[live]) and not masked[~live].any()
 
 
 def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):

@@ -30,6 +30,12 @@ SKINNY_GEMM = textwrap.dedent("""
         other = x.clone()
         other[1:] = torch.randn(m - 1, k)
         assert torch.equal(sg._launch(other, w, epilogue, res, eps, t=t)[0], got[0])   # rows never mix
+        live = torch.rand(m) < 0.5
+        live[0] = True
+        masked = sg._launch(x, w, epilogue, res, eps, live=live, t=t)     # only the live rows read
+        assert torch.equal(masked[live], got[live]) and not masked[~live].any(), (m, n, k, epilogue, t)
+        ref = sg.reference(x, w, epilogue, res, eps, live=live)                 # the CPU op: the same contract
+        assert torch.equal(ref[live], want[live]) and not ref[~live].any()
     print("ok", len(cases))
 """)
 
@@ -49,6 +55,9 @@ FP8_GEMM = textwrap.dedent("""
         # the kernel multiplies in FP16 (x rounded to FP16's 11 bits here, exact for BF16 activations on a GPU)
         assert (got - want).abs().max() <= 2e-3 * want.abs().max(), (m, n, k, epilogue, t)
         assert torch.equal(got, sg._launch(x, values, epilogue, res, scale=scale, t=t))
+        live = torch.arange(m) % 2 == 0
+        masked = sg._launch(x, values, epilogue, res, scale=scale, live=live, t=t)
+        assert torch.equal(masked[live], got[live]) and not masked[~live].any(), (m, n, k, epilogue, t)
     print("ok", len(cases))
 """)
 
@@ -73,6 +82,9 @@ NVFP4_GEMM = textwrap.dedent("""
         other = x.clone()
         other[1:] = torch.randn(m - 1, k)
         assert torch.equal(sg._launch(other, packed, epilogue, res, scale=scale, group=group, t=t)[0], got[0])
+        live = torch.arange(m) % 2 == 0
+        masked = sg._launch(x, packed, epilogue, res, scale=scale, group=group, live=live, t=t)
+        assert torch.equal(masked[live], got[live]) and not masked[~live].any(), (m, n, k, epilogue, t)
     print("ok", len(cases))
 """)
 
