@@ -6,7 +6,8 @@ With SPLIT > 1 the K range is cut into SPLIT parts whose FP32 partials go to a w
 last for an n-tile (an atomic counter tells it) sums the partials in the order 0, 1, …, SPLIT − 1 and applies the
 epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
 result never depends on the other rows. EPI is the epilogue's index in `skinny_gemm.EPILOGUES`: 0 none, 1 residual
-add, 2 SiLU(gate)·up.
+add, 2 SiLU(gate)·up. With HAS_LIVE, only the rows LIVE marks are read (x and the residual): the others count as
+zeros, so they come out as zeros, and a live row's numbers are the same as without the mask.
 With SCALED, W holds FP8 values (quant.py) and the MMA runs in FP16: e4m3 → fp16 is exact and one hardware
 conversion per two values (e4m3 → bf16 takes several, and made the kernel slower than reading BF16 weights:
 docs/benchmarks.md, 2026-12-01), and BF16 activations fit FP16's mantissa exactly — but not its range: a magnitude
