@@ -132,12 +132,12 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, LIVE, M, N, sx, sw, so, s
     an activation or writes anything, and only then lets the next kernel start."""
     n = tl.program_id(0) * BN + tl.arange(0, BN)
     part = tl.program_id(1)
-    rows = tl.arange(0, BM) < M
+    r = tl.arange(0, BM)
+    rows = r < M
     if HAS_LIVE:
         # only the live rows are read. LIVE is the step's [M] bool mask seen as int32 words (4 rows a word): an 8-bit
         # tensor in the kernel would change Triton's operand layouts for the MMA (kWidth), not just this load. It
         # is set before the step, so it is read before the wait
-        r = tl.arange(0, BM)
         word = tl.load(LIVE + r // 4, mask=rows, other=0)
         rows = rows & (((word >> ((r % 4) * 8)) & 255) != 0)
     K_PART: tl.constexpr = K // SPLIT

@@ -213,9 +213,8 @@ class AREngine:
 
     # ---- the device step ------------------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, go: torch.Tensor) -> torch.Tensor:
-        """One token per slot at its position; slots with `go` false read and write nothing (the matrix products
-        skip their rows too, and their hidden states come back as zeros).
-        tokens, positions [S] int64, go [S] bool → the last hidden state after the final norm [S, H]."""
+        """One token per slot at its position; slots with `go` false read and write nothing (their hidden states
+        come back as zeros). tokens, positions [S] int64, go [S] bool → the last hidden state after the final norm."""
         kv = self.kv
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]

@@ -332,7 +332,7 @@ def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int)
 # How the decoder's convolutions multiply on CUDA. "fp32": FP32 for real (the default; cuDNN would allow TF32
 # convolutions otherwise). "tf32": TensorFloat-32 tensor cores, 2x faster on an H200 for a song, with audio ~3e-4
 # mean / ~2.5e-3 max abs from FP32 (docs/benchmarks.md): a documented mode, another song's bytes. CPUs ignore it.
-# The names: PRECISIONS (config.DECODE_PRECISIONS).
+# The names live in config.DECODE_PRECISIONS (imported here as PRECISIONS), where the CLI reads them without torch.
 
 
 @contextlib.contextmanager
