@@ -4,12 +4,9 @@ Both kernels read the raw q/k/v product of the step ([rows, (HEADS + 2·KV)·D]:
 apply the per-head RMSNorm and RoPE themselves (`_norm_rope`). Scores are kept in base 2: `qk_scale` already
 holds 1/√d · log₂e. A row of length L attends to its L − 1 cached keys (the split kernel, span by span) and to
 the step's own new key (the merge kernel, which also stores that key and its value into the row's page: nothing
-reads that place during the split kernel, so there is no race). K pages are [token, head_dim] with head_dim
-contiguous; V pages may be either way round (their strides are arguments): an e4m3 pool stores them [head_dim,
-token] (kv_cache.py), so that the P·V product can load V with the tokens, its contraction, contiguous — an e4m3
-page the other way round has no transposing load into the MMA operand and went through shared memory byte by byte.
-With FP8, the pools hold e4m3 keys and values: the split kernel widens them to FP16 for its products, and the merge
-kernel rounds the new key and value to e4m3 before it uses and stores them."""
+reads that place during the split kernel, so there is no race). With FP8, the pools hold e4m3 keys and values
+(kv_cache.py): the split kernel widens them to FP16 for its products, and the merge kernel rounds the new key and
+value to e4m3 before it uses and stores them."""
 import triton
 import triton.language as tl
 
@@ -44,8 +41,7 @@ def _span(past, PROGRAMS: tl.constexpr, PAGE: tl.constexpr):
 
 @triton.jit
 def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
-                       s_r, scs_r, sk_p, sk_h, sk_t, sv_p, sv_h, sv_t, sv_d, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h,
-                       qk_scale, eps,
+                       s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
                        PAGE: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
                        PDL: tl.constexpr, FP8: tl.constexpr = False):
@@ -73,11 +69,9 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
         for pos in tl.range(start, end, PAGE, num_stages=STAGES):
             page_id = tl.load(BT + row * sbt_r + pos // PAGE)
             kmask = pos + n < end
-            page_at = page_id.to(tl.int64)
-            k = tl.load(K + page_at * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :], mask=kmask[:, None],
-                        other=0.0)
-            v = tl.load(V + page_at * sv_p + kvh * sv_h + n[:, None] * sv_t + d[None, :] * sv_d, mask=kmask[:, None],
-                        other=0.0)
+            offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
+            k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+            v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
             if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
                 s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
             elif IEEE:   # FP32 caches: no TF32 rounding
@@ -103,8 +97,7 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
 
 @triton.jit
 def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
-                    s_r, scs_r, sk_p, sk_h, sk_t, sv_p, sv_h, sv_t, sv_d, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r,
-                    so_h, qk_scale, eps,
+                    s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
                     HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
                     PROGRAMS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, head): the new key first, then the row's spans, all at once in a fixed order (so
@@ -147,7 +140,8 @@ def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
         if head % GROUPS == 0:
             pos = length - 1
             page_id = tl.load(BT + row * sbt_r + pos // PAGE).to(tl.int64)
-            tl.store(K + page_id * sk_p + kvh * sk_h + (pos % PAGE) * sk_t + d, k_new)
-            tl.store(V + page_id * sv_p + kvh * sv_h + (pos % PAGE) * sv_t + d * sv_d, v_new)
+            place = page_id * sk_p + kvh * sk_h + (pos % PAGE) * sk_t + d
+            tl.store(K + place, k_new)
+            tl.store(V + place, v_new)
     else:
         tl.store(OUT + row * so_r + head * so_h + d, tl.zeros([D], tl.float32).to(OUT.dtype.element_ty))

@@ -6,8 +6,7 @@ With SPLIT > 1 the K range is cut into SPLIT parts whose FP32 partials go to a w
 last for an n-tile (an atomic counter tells it) sums the partials in the order 0, 1, …, SPLIT − 1 and applies the
 epilogue. That order never depends on which program finished first, so the result is deterministic, and a row's
 result never depends on the other rows. EPI is the epilogue's index in `skinny_gemm.EPILOGUES`: 0 none, 1 residual
-add, 2 SiLU(gate)·up. With HAS_LIVE, only the rows LIVE marks are read (x and the residual): the others count as
-zeros, so they come out as zeros, and a live row's numbers are the same as without the mask.
+add, 2 SiLU(gate)·up.
 With SCALED, W holds FP8 values (quant.py) and the MMA runs in FP16: e4m3 → fp16 is exact and one hardware
 conversion per two values (e4m3 → bf16 takes several, and made the kernel slower than reading BF16 weights:
 docs/benchmarks.md, 2026-12-01), and BF16 activations fit FP16's mantissa exactly — but not its range: a magnitude
@@ -29,20 +28,20 @@ import triton.language as tl
 
 
 @triton.jit
-def _tile(X, W, rows, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
+def _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr,
           BK: tl.constexpr, STAGES: tl.constexpr, NORM: tl.constexpr, MMA: tl.constexpr):
-    """W[n, k_lo : k_lo + K_PART] · X[rows, same]ᵀ → FP32 [BN, BM] (rows: the [BM] mask of rows to read; the others
-    count as zeros), and with NORM each row's Σx² over the range ([BM]); the first weight tile is already loaded."""
+    """W[n, k_lo : k_lo + K_PART] · X[:M, same]ᵀ → FP32 [BN, BM], and with NORM each row's Σx² over the range
+    ([BM]); the first weight tile is already loaded."""
     m = tl.arange(0, BM)
     kk = tl.arange(0, BK)
-    xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=rows[None, :], other=0.0)
+    xt = tl.load(X + m[None, :] * sx + (k_lo + kk)[:, None], mask=m[None, :] < M, other=0.0)
     acc = tl.dot(w_first.to(MMA), xt.to(MMA), tl.zeros([BN, BM], tl.float32))
     squares = tl.zeros([BM], tl.float32)
     if NORM:
         squares += tl.sum(xt.to(tl.float32) * xt.to(tl.float32), 0)
     for i in tl.range(BK, K_PART, BK, num_stages=STAGES):
         k = k_lo + i
-        xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=rows[None, :], other=0.0)
+        xt = tl.load(X + m[None, :] * sx + (k + kk)[:, None], mask=m[None, :] < M, other=0.0)
         w = tl.load(W + n[:, None].to(tl.int64) * sw + (k + kk)[None, :])
         acc = tl.dot(w.to(MMA), xt.to(MMA), acc)
         if NORM:
@@ -81,21 +80,21 @@ def _load_fp4(W, G, n, k, sw, sg, BK: tl.constexpr):
 
 
 @triton.jit
-def _tile_fp4(X, W, G, rows, sx, sw, sg, n, k_lo, packed, scales, K_PART: tl.constexpr, BM: tl.constexpr,
+def _tile_fp4(X, W, G, M, sx, sw, sg, n, k_lo, packed, scales, K_PART: tl.constexpr, BM: tl.constexpr,
               BN: tl.constexpr, BK: tl.constexpr, STAGES: tl.constexpr, FOLD: tl.constexpr):
     """`_tile` over NVFP4 weights (no norm): the first tile's bytes and scales are already loaded."""
     m = tl.arange(0, BM)
     j = tl.arange(0, BK // 2)
     even, odd = _fp4_halves(packed, scales, BN, BK, FOLD)
-    xe = tl.load(X + m[None, :] * sx + (k_lo + 2 * j)[:, None], mask=rows[None, :], other=0.0)
-    xo = tl.load(X + m[None, :] * sx + (k_lo + 2 * j + 1)[:, None], mask=rows[None, :], other=0.0)
+    xe = tl.load(X + m[None, :] * sx + (k_lo + 2 * j)[:, None], mask=m[None, :] < M, other=0.0)
+    xo = tl.load(X + m[None, :] * sx + (k_lo + 2 * j + 1)[:, None], mask=m[None, :] < M, other=0.0)
     acc = tl.dot(even, xe.to(tl.float16), tl.zeros([BN, BM], tl.float32))
     acc = tl.dot(odd, xo.to(tl.float16), acc)
     for i in tl.range(BK, K_PART, BK, num_stages=STAGES):
         k = k_lo + i
         packed, scales = _load_fp4(W, G, n, k, sw, sg, BK)
-        xe = tl.load(X + m[None, :] * sx + (k + 2 * j)[:, None], mask=rows[None, :], other=0.0)
-        xo = tl.load(X + m[None, :] * sx + (k + 2 * j + 1)[:, None], mask=rows[None, :], other=0.0)
+        xe = tl.load(X + m[None, :] * sx + (k + 2 * j)[:, None], mask=m[None, :] < M, other=0.0)
+        xo = tl.load(X + m[None, :] * sx + (k + 2 * j + 1)[:, None], mask=m[None, :] < M, other=0.0)
         even, odd = _fp4_halves(packed, scales, BN, BK, FOLD)
         acc = tl.dot(even, xe.to(tl.float16), acc)
         acc = tl.dot(odd, xo.to(tl.float16), acc)
@@ -103,14 +102,13 @@ def _tile_fp4(X, W, G, rows, sx, sw, sg, n, k_lo, packed, scales, K_PART: tl.con
 
 
 @triton.jit
-def _finish(acc, acc2, OUT, RES, M, rows, so, sr, n, EPI: tl.constexpr, BM: tl.constexpr):
-    """The epilogue, with the rounding of the unfused ops: each GEMM result is rounded to the output dtype first.
-    Every row below M is stored; a row not in `rows` comes out as zeros (its x and residual read as zeros)."""
+def _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI: tl.constexpr, BM: tl.constexpr):
+    """The epilogue, with the rounding of the unfused ops: each GEMM result is rounded to the output dtype first."""
     m = tl.arange(0, BM)
     dtype = OUT.dtype.element_ty
     y = acc.to(dtype)
     if EPI == 1:     # residual + x·Wᵀ
-        r = tl.load(RES + m[None, :] * sr + n[:, None], mask=rows[None, :], other=0.0)
+        r = tl.load(RES + m[None, :] * sr + n[:, None], mask=m[None, :] < M, other=0.0)
         y = (y.to(tl.float32) + r.to(tl.float32)).to(dtype)
     if EPI == 2:     # silu(gate) · up
         g = y.to(tl.float32)
@@ -120,10 +118,10 @@ def _finish(acc, acc2, OUT, RES, M, rows, so, sr, n, EPI: tl.constexpr, BM: tl.c
 
 
 @triton.jit
-def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, LIVE, M, N, sx, sw, so, sr, sg, eps,
+def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, M, N, sx, sw, so, sr, sg, eps,
                 K: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr, SPLIT: tl.constexpr,
                 EPI: tl.constexpr, NORM: tl.constexpr, SCALED: tl.constexpr, FP4: tl.constexpr,
-                STAGES: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr = False, HAS_LIVE: tl.constexpr = False):
+                STAGES: tl.constexpr, PDL: tl.constexpr, FOLD: tl.constexpr = False):
     """Program (n-tile, part). N is the output width; with SILU_MUL the up rows of W start at row N. NORM needs
     SPLIT == 1 (a program must see all of K to know a row's factor); FP4 needs SCALED and no NORM.
 
@@ -132,14 +130,6 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, LIVE, M, N, sx, sw, so, s
     an activation or writes anything, and only then lets the next kernel start."""
     n = tl.program_id(0) * BN + tl.arange(0, BN)
     part = tl.program_id(1)
-    r = tl.arange(0, BM)
-    rows = r < M
-    if HAS_LIVE:
-        # only the live rows are read. LIVE is the step's [M] bool mask seen as int32 words (4 rows a word): an 8-bit
-        # tensor in the kernel would change Triton's operand layouts for the MMA (kWidth), not just this load. It
-        # is set before the step, so it is read before the wait
-        word = tl.load(LIVE + r // 4, mask=rows, other=0)
-        rows = rows & (((word >> ((r % 4) * 8)) & 255) != 0)
     K_PART: tl.constexpr = K // SPLIT
     k_lo = part * K_PART
     kk = tl.arange(0, BK)
@@ -157,18 +147,18 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, LIVE, M, N, sx, sw, so, s
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     if FP4:
-        acc = _tile_fp4(X, W, G, rows, sx, sw, sg, n, k_lo, packed, scales, K_PART, BM, BN, BK, STAGES, FOLD)
+        acc = _tile_fp4(X, W, G, M, sx, sw, sg, n, k_lo, packed, scales, K_PART, BM, BN, BK, STAGES, FOLD)
         squares = tl.zeros([BM], tl.float32)
         acc2 = acc
         if EPI == 2:
-            acc2 = _tile_fp4(X, W, G, rows, sx, sw, sg, n + N, k_lo, packed2, scales2, K_PART, BM, BN, BK, STAGES,
+            acc2 = _tile_fp4(X, W, G, M, sx, sw, sg, n + N, k_lo, packed2, scales2, K_PART, BM, BN, BK, STAGES,
                              FOLD)
     else:
         MMA: tl.constexpr = tl.float16 if SCALED else X.dtype.element_ty
-        acc, squares = _tile(X, W, rows, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES, NORM, MMA)
+        acc, squares = _tile(X, W, M, sx, sw, n, k_lo, w_first, K_PART, BM, BN, BK, STAGES, NORM, MMA)
         acc2 = acc
         if EPI == 2:
-            acc2, _ = _tile(X, W, rows, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, False, MMA)
+            acc2, _ = _tile(X, W, M, sx, sw, n + N, k_lo, w_first2, K_PART, BM, BN, BK, STAGES, False, MMA)
     if SCALED:     # quantised W (quant.py): each output channel's scale, on the FP32 product
         acc = acc * tl.load(SCALE + n)[:, None]
         if EPI == 2:
@@ -182,7 +172,7 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, LIVE, M, N, sx, sw, so, s
         acc = acc * factor
         acc2 = acc2 * factor
     if SPLIT == 1:
-        _finish(acc, acc2, OUT, RES, M, rows, so, sr, n, EPI, BM)
+        _finish(acc, acc2, OUT, RES, M, so, sr, n, EPI, BM)
     else:
         m = tl.arange(0, BM)
         cell = n[:, None] * BM + m[None, :]                       # PART is [SPLIT, 2, N, BM] FP32
@@ -198,4 +188,4 @@ def skinny_gemm(X, W, OUT, RES, PART, COUNT, SCALE, G, LIVE, M, N, sx, sw, so, s
                 if EPI == 2:
                     total2 += tl.load(PART + (s * 2 + 1) * N * BM + cell, cache_modifier=".cg")
             tl.store(COUNT + tl.program_id(0), 0)                  # ready for the next call (and graph replay)
-            _finish(total, total2, OUT, RES, M, rows, so, sr, n, EPI, BM)
+            _finish(total, total2, OUT, RES, M, so, sr, n, EPI, BM)

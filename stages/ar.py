@@ -213,17 +213,17 @@ class AREngine:
 
     # ---- the device step ------------------------------------------------------------------------------------
     def forward(self, tokens: torch.Tensor, positions: torch.Tensor, go: torch.Tensor) -> torch.Tensor:
-        """One token per slot at its position; slots with `go` false read and write nothing (their hidden states
-        come back as zeros). tokens, positions [S] int64, go [S] bool → the last hidden state after the final norm."""
+        """One token per slot at its position; slots with `go` false read and write nothing.
+        tokens, positions [S] int64, go [S] bool → the last hidden state after the final norm [S, H]."""
         kv = self.kv
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
         cos, sin = rope_tables(positions, self.cfg, self.dtype)                # [S, D]
         for i, w in enumerate(self.step_weights):
-            qkv = self._head(x, w.in_norm, w.qkv, self.dims, go)[:, 0]
+            qkv = self._head(x, w.in_norm, w.qkv, self.dims)[:, 0]
             out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens,
                                    self.dims.eps)
-            x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims, go)
+            x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
         return self._norm(x[:, 0], self.model.model.norm.weight, self.dims.eps)
 
     def _feed(self, variant: vocab_spans.StepSpans | None = None) -> None:

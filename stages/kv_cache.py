@@ -47,9 +47,7 @@ def tokens_for_memory(cfg: ModelConfig, dtype: torch.dtype, free_bytes: int, *, 
 
 class PagedKV:
     """k, v: [layers, pages, kv_heads, PAGE_TOKENS, head_dim]; block_table [slots, pages per slot] int32.
-    `dtype` is the model's; `kv_format` "fp8" stores e4m3 instead (`read` gives the model's dtype back). An e4m3 `v`
-    is a transposed view (its pages are [head_dim, token] in memory) so that the decode kernel can load a page with
-    the tokens contiguous (_paged_attention_triton.py); every PyTorch read and write sees the same shape either way."""
+    `dtype` is the model's; `kv_format` "fp8" stores e4m3 instead (`read` gives the model's dtype back)."""
 
     def __init__(self, cfg: ModelConfig, *, slots: int, tokens: int, device, dtype, page: int = PAGE_TOKENS,
                  kv_format: str = "bf16"):
@@ -59,10 +57,7 @@ class PagedKV:
         self.per_slot = -(-cfg.context // page)
         shape = (cfg.num_hidden_layers, self.pages, cfg.num_key_value_heads, page, cfg.head_dim)
         self.k = torch.zeros(shape, dtype=pool, device=device)
-        if kv_format == "bf16":
-            self.v = torch.zeros(shape, dtype=pool, device=device)
-        else:
-            self.v = torch.zeros(*shape[:3], cfg.head_dim, page, dtype=pool, device=device).transpose(-1, -2)
+        self.v = torch.zeros(shape, dtype=pool, device=device)
         self.block_table = torch.zeros(slots, self.per_slot, dtype=torch.int32, device=device)
         self.heads = torch.arange(cfg.num_key_value_heads, device=device)
         self.free = list(range(1, self.pages))

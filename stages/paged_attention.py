@@ -33,8 +33,7 @@ STAGES = 2           # pages in flight per program (the span loop's pipeline; 2,
 def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
     """Plain PyTorch, row by row (each row's reductions see only its own keys, so rows never affect each other).
     qkv [R, (H + 2·KV)·D] (the raw q/k/v product); q_norm, k_norm [D]; cos, sin [R, D] (each row's position);
-    pools [P, KV, page, D] (written in place; v may be a transposed view, kv_cache.py); block_table [R, max_pages]
-    int; seq_lens [R] → [R, H, D]."""
+    pools [P, KV, page, D] (written in place); block_table [R, max_pages] int; seq_lens [R] → [R, H, D]."""
     kv, page, d = k_pool.shape[1], k_pool.shape[2], k_pool.shape[3]
     heads = qkv.shape[1] // d - 2 * kv
     q, k_new, v_new = split_heads(qkv[:, None], Dims(heads, kv, d, eps))
@@ -81,17 +80,15 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
     common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, PROGRAMS=PROGRAMS, PDL=early, launch_pdl=early,
                   FP8=k_pool.dtype == torch.float8_e4m3fn)
-    assert k_pool.stride(3) == 1, "K pages must be [token, head_dim] with head_dim contiguous"
-    pools = (k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), *v_pool.stride())
     split_kv_attention[(rows, kv, PROGRAMS)](
         qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
-        qkv.stride(0), cos.stride(0), *pools,
+        qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
         STAGES=STAGES, **common)
     merge_and_store[(rows, heads)](
         qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
-        qkv.stride(0), cos.stride(0), *pools, block_table.stride(0),
+        qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
         part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
         qk_scale, eps, **common)
     return out

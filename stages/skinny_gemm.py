@@ -46,15 +46,12 @@ def fold_norm(w: torch.Tensor, norm: torch.Tensor) -> torch.Tensor:
 
 def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual: torch.Tensor | None = None,
               norm_eps: float | None = None, scale: torch.Tensor | None = None,
-              group: torch.Tensor | None = None, live: torch.Tensor | None = None) -> torch.Tensor:
+              group: torch.Tensor | None = None) -> torch.Tensor:
     """x [M, K], w [N, K] ([2N, K] with gate rows first for silu_mul) → [M, N] in x's dtype. With norm_eps, x is
     RMS-normalised first and w already holds the norm's weight (fold_norm): the FP32 product is scaled by each
     row's factor before it is rounded. With scale ([N] FP32), w holds quantised values (quant.py) and the FP32
     product is scaled by each output channel's scale before it is rounded; with group as well, w holds packed
-    NVFP4 codes and group their e4m3 group scales. With live ([M] bool), the rows not live come back as zeros."""
-    if live is not None:
-        out = reference(x, w, epilogue, residual, norm_eps, scale, group)
-        return torch.where(live[:, None], out, torch.zeros((), dtype=out.dtype, device=out.device))
+    NVFP4 codes and group their e4m3 group scales."""
     if group is not None:
         w = quant.dequantize(w, group, torch.ones_like(scale))
     if norm_eps is None and scale is None:
@@ -75,20 +72,17 @@ def reference(x: torch.Tensor, w: torch.Tensor, epilogue: str = "none", residual
 
 
 def linear(x: torch.Tensor, w, epilogue: str = "none", residual: torch.Tensor | None = None,
-           norm_eps: float | None = None, live: torch.Tensor | None = None) -> torch.Tensor:
+           norm_eps: float | None = None) -> torch.Tensor:
     """The op: our kernel on CUDA for up to MAX_ROWS rows of a shape `tiling` covers, `reference` elsewhere.
     x [..., K]; w a matrix or a quantised tuple (quant.py: fp8 (values, scale), nvfp4 (packed, group, scale));
-    residual (for "add") shaped like the output; norm_eps as in `reference`. live ([rows] bool, optional): the
-    rows worth computing — the decode step's live slots. The kernel then reads x (and the residual) of those rows
-    only; every program reads all of x, so at a few live rows of 32 that is most of what it reads from L2 besides
-    its weights. A live row's numbers do not change; the others come back as zeros."""
+    residual (for "add") shaped like the output; norm_eps as in `reference`."""
     group = scale = None
     if isinstance(w, tuple):
         w, group, scale = w if len(w) == 3 else (w[0], None, w[1])
     lead = x.shape[:-1]
     flat = x.reshape(-1, x.shape[-1])
     res = residual.reshape(flat.shape[0], -1) if residual is not None else None
-    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps, scale, group, live)
+    out = torch.ops.yue2.skinny_linear(flat, w, epilogue, res, norm_eps, scale, group)
     return out.reshape(*lead, out.shape[-1])
 
 
@@ -149,7 +143,7 @@ def pdl(device: torch.device) -> bool:
     return device.type == "cuda" and torch.cuda.get_device_capability(device)[0] >= 9
 
 
-def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, group=None, live=None, t: Tiling | None = None):
+def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, group=None, t: Tiling | None = None):
     from . import _skinny_gemm_triton as kern
 
     m, k = x.shape
@@ -160,10 +154,10 @@ def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, group=None, liv
     if m > MAX_ROWS and scale is not None and norm_eps is None:
         # a prefill's many rows: compute-bound, so the quantised matrix is widened once and cuBLAS runs
         widened = quant.dequantize(w, scale) if group is None else quant.dequantize(w, group, scale)
-        return reference(x, widened.to(x.dtype), epilogue, residual, live=live)
+        return reference(x, widened.to(x.dtype), epilogue, residual)
     if m > MAX_ROWS or t is None or (norm and (t.split > 1 or group is not None)) or x.stride(1) != 1 or (
             w.stride(1) != 1) or (residual is not None and residual.stride(1) != 1):
-        return reference(x, w, epilogue, residual, norm_eps, scale, group, live)
+        return reference(x, w, epilogue, residual, norm_eps, scale, group)
     out = torch.empty(m, n, dtype=x.dtype, device=x.device)
     tiles = n // t.block_n
     part = count = out
@@ -175,29 +169,24 @@ def _launch(x, w, epilogue, residual, norm_eps=None, scale=None, group=None, liv
         count = _COUNTERS[key]
     res = residual if residual is not None else out
     g = group if group is not None else out
-    if live is not None:     # the bool mask as int32 words, four rows each (a view: no copy for the step's shapes)
-        live = live.view(torch.int32) if live.numel() % 4 == 0 and live.is_contiguous() else (
-            torch.nn.functional.pad(live.to(torch.uint8), (0, -live.numel() % 4)).view(torch.int32))
     kern.skinny_gemm[(tiles, t.split)](
-        x, w, out, res, part, count, scale if scale is not None else out, g, live if live is not None else out, m, n,
-        x.stride(0), w.stride(0), out.stride(0), res.stride(0), g.stride(0), norm_eps or 0.0, K=k, BM=MAX_ROWS,
-        BN=t.block_n, BK=t.block_k, SPLIT=t.split, EPI=EPILOGUES.index(epilogue), NORM=norm, SCALED=scale is not None,
-        FP4=group is not None, STAGES=t.stages, PDL=pdl(x.device), FOLD=t.fold, HAS_LIVE=live is not None,
-        num_warps=t.warps, launch_pdl=pdl(x.device))
+        x, w, out, res, part, count, scale if scale is not None else out, g, m, n, x.stride(0), w.stride(0),
+        out.stride(0), res.stride(0), g.stride(0), norm_eps or 0.0, K=k, BM=MAX_ROWS, BN=t.block_n, BK=t.block_k,
+        SPLIT=t.split, EPI=EPILOGUES.index(epilogue), NORM=norm, SCALED=scale is not None, FP4=group is not None,
+        STAGES=t.stages, PDL=pdl(x.device), FOLD=t.fold, num_warps=t.warps, launch_pdl=pdl(x.device))
     return out
 
 
 def _register() -> None:
     @torch.library.custom_op("yue2::skinny_linear", mutates_args=())
     def _op(x: torch.Tensor, w: torch.Tensor, epilogue: str, residual: torch.Tensor | None,
-            norm_eps: float | None, scale: torch.Tensor | None, group: torch.Tensor | None,
-            live: torch.Tensor | None) -> torch.Tensor:
-        return reference(x, w, epilogue, residual, norm_eps, scale, group, live)
+            norm_eps: float | None, scale: torch.Tensor | None, group: torch.Tensor | None) -> torch.Tensor:
+        return reference(x, w, epilogue, residual, norm_eps, scale, group)
 
     _op.register_kernel("cuda")(_launch)
 
     @_op.register_fake
-    def _(x, w, epilogue, residual, norm_eps, scale, group, live):
+    def _(x, w, epilogue, residual, norm_eps, scale, group):
         n = w.shape[0] // 2 if epilogue == "silu_mul" else w.shape[0]
         return x.new_empty(x.shape[0], n)
 

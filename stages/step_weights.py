@@ -46,34 +46,26 @@ def set_step_weights(model: YuE2, weight_format: str, layers: list[BranchWeights
     model.__dict__.setdefault("_branches", {})[f"ar-step-{weight_format}"] = layers
 
 
-def _step_linear(live):
-    """The skinny-GEMM op reading only the step's live rows (skinny_gemm.linear)."""
-    def linear(x, w, epilogue="none", residual=None, norm_eps=None):
-        return skinny_gemm.linear(x, w, epilogue, residual, norm_eps, live=live)
-    return linear
-
-
-def folded_head(x, in_norm, qkv, d, live=None):
+def folded_head(x, in_norm, qkv, d):
     """layer_qkv over explicit tensors (what torch.compile sees as inputs: one graph serves every layer), its
-    matrix product in the skinny-GEMM op with the norm folded in; the attention op does the q/k norm and RoPE.
-    `live` ([slots] bool): the rows the step computes (the others come back as zeros)."""
-    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, _step_linear(live),
+    matrix product in the skinny-GEMM op with the norm folded in; the attention op does the q/k norm and RoPE."""
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear,
                      folded=True)
 
 
-def folded_tail(x, attn, o, post_norm, gate_up, down, d, live=None):
+def folded_tail(x, attn, o, post_norm, gate_up, down, d):
     return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
-                      _step_linear(live), folded=True)
+                      skinny_gemm.linear, folded=True)
 
 
-def plain_head(x, in_norm, qkv, d, live=None):
+def plain_head(x, in_norm, qkv, d):
     """layer_qkv with its own RMSNorm (quantised weights: no folded norm)."""
-    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, _step_linear(live))
+    return layer_qkv(x, BranchWeights(in_norm, qkv, None, None, None, None, None, None), d, skinny_gemm.linear)
 
 
-def plain_tail(x, attn, o, post_norm, gate_up, down, d, live=None):
+def plain_tail(x, attn, o, post_norm, gate_up, down, d):
     return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d,
-                      _step_linear(live))
+                      skinny_gemm.linear)
 
 
 def layer_halves(folded: bool):

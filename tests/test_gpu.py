@@ -39,20 +39,14 @@ def test_paged_kernel_equals_the_reference(pool):
     q_norm, k_norm = ((1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16() for _ in range(2))
     dtype = storage_dtype(pool, torch.bfloat16)
     k = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
-    if pool == "bf16":
-        v = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
-    else:       # as kv_cache.PagedKV holds an e4m3 pool: pages [head_dim, token] in memory
-        v = to_pool(torch.randn(pages, kv, d, page, device="cuda", generator=g), dtype).transpose(-1, -2)
+    v = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
     table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 40] + 1).int().reshape(rows, 40)
     lens = torch.tensor([0, 1, 63, 129, 960, 2500], dtype=torch.int32, device="cuda")   # 2,500: spans of 3 pages
     angles = (lens.clamp(min=1) - 1).float()[:, None] * 1e6 ** (-torch.arange(0, d, 2, device="cuda") / d)
     cos, sin = (f(torch.cat([angles, angles], -1)).bfloat16() for f in (torch.cos, torch.sin))
     k2, v2 = k.clone(), v.clone()
-    k3, v3 = k.clone(), v.contiguous()           # the same values, V pages the other way round in memory
     got = pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
     want = pa.reference(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
-    if pool == "fp8":    # V's layout changes how it is loaded, not a bit of what comes out
-        assert torch.equal(pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k3, v3, table, lens, 1e-6), got)
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=0)
     # the stored keys are normalised and rotated in the kernel: the same ops, rounded to BF16 at the same points
     torch.testing.assert_close(k.float(), k2.float(), atol=1e-2, rtol=1e-2 if pool == "bf16" else 2 ** -3)
@@ -72,7 +66,7 @@ def _requests(cfg):
 @pytest.mark.parametrize("kv_format", ["bf16", "fp8"])
 def test_fast_sampler_is_batch_invariant_on_the_gpu(gpu_model, kv_format):
     """The same three requests alone (each in another slot) and together give identical ids, over a BF16 cache and
-    an e4m3 one (its V pages transposed, kv_cache.PagedKV)."""
+    an e4m3 one."""
     from stages.ar import AREngine
 
     model, cfg = gpu_model
@@ -164,8 +158,7 @@ def test_compiled_step_is_as_close_to_fp32_as_the_eager_step(gpu_model, tiny_ckp
                                               (6144, 2048, "silu_mul", 1e-6)])
 def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, eps):
     """Our skinny GEMM on the yue2-3b shapes (and a tiny one), with and without the folded RMSNorm: close to the
-    cuBLAS result, bitwise repeatable, a row's result does not change when the other rows do, and with a live-row
-    mask the live rows are bit for bit the same while the others come back as zeros."""
+    cuBLAS result, bitwise repeatable, and a row's result does not change when the other rows do."""
     from stages import skinny_gemm as sg
 
     g = torch.Generator(device="cuda").manual_seed(n + k)
@@ -190,10 +183,6 @@ def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, eps):
         other_res[1:] = 0
     assert torch.equal(run(other, other_res)[0], got[0])
     assert torch.equal(run(x[:1], None if res is None else res[:1])[0], got[0])
-    live = torch.zeros(32, dtype=torch.bool, device="cuda")
-    live[[0, 5, 31]] = True                      # the step's live slots: only their rows are read
-    masked = sg.linear(x, w, epilogue, res, eps, live=live)
-    assert torch.equal(masked[live], got[live]) and not masked[~live].any()
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
@@ -220,9 +209,6 @@ def test_quantised_skinny_gemm_matches_the_dequantised_product(n, k, epilogue, f
     other = x.clone()
     other[1:] = 0
     assert torch.equal(sg.linear(other, pair, epilogue, res)[0], got[0])
-    live = torch.arange(32, device="cuda") % 3 == 0
-    masked = sg.linear(x, pair, epilogue, res, live=live)
-    assert torch.equal(masked[live], got[live]) and not masked[~live].any()
 
 
 def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):

@@ -30,12 +30,6 @@ SKINNY_GEMM = textwrap.dedent("""
         other = x.clone()
         other[1:] = torch.randn(m - 1, k)
         assert torch.equal(sg._launch(other, w, epilogue, res, eps, t=t)[0], got[0])   # rows never mix
-        live = torch.rand(m) < 0.5
-        live[0] = True
-        masked = sg._launch(x, w, epilogue, res, eps, live=live, t=t)     # only the live rows read
-        assert torch.equal(masked[live], got[live]) and not masked[~live].any(), (m, n, k, epilogue, t)
-        ref = sg.reference(x, w, epilogue, res, eps, live=live)                 # the CPU op: the same contract
-        assert torch.equal(ref[live], want[live]) and not ref[~live].any()
     print("ok", len(cases))
 """)
 
@@ -55,9 +49,6 @@ FP8_GEMM = textwrap.dedent("""
         # the kernel multiplies in FP16 (x rounded to FP16's 11 bits here, exact for BF16 activations on a GPU)
         assert (got - want).abs().max() <= 2e-3 * want.abs().max(), (m, n, k, epilogue, t)
         assert torch.equal(got, sg._launch(x, values, epilogue, res, scale=scale, t=t))
-        live = torch.arange(m) % 2 == 0
-        masked = sg._launch(x, values, epilogue, res, scale=scale, live=live, t=t)
-        assert torch.equal(masked[live], got[live]) and not masked[~live].any(), (m, n, k, epilogue, t)
     print("ok", len(cases))
 """)
 
@@ -82,9 +73,6 @@ NVFP4_GEMM = textwrap.dedent("""
         other = x.clone()
         other[1:] = torch.randn(m - 1, k)
         assert torch.equal(sg._launch(other, packed, epilogue, res, scale=scale, group=group, t=t)[0], got[0])
-        live = torch.arange(m) % 2 == 0
-        masked = sg._launch(x, packed, epilogue, res, scale=scale, group=group, live=live, t=t)
-        assert torch.equal(masked[live], got[live]) and not masked[~live].any(), (m, n, k, epilogue, t)
     print("ok", len(cases))
 """)
 
@@ -117,8 +105,7 @@ FP8_ATTENTION = PAGED_ATTENTION.replace(
     "k, v = torch.randn(pages, kv, page, d, generator=g), torch.randn(pages, kv, page, d, generator=g)",
     "from stages.kv_cache import to_pool\n"
     "    k = to_pool(torch.randn(pages, kv, page, d, generator=g), torch.float8_e4m3fn)\n"
-    # V as kv_cache.PagedKV holds an e4m3 pool: pages [head_dim, token] in memory, seen through a transposed view
-    "    v = to_pool(torch.randn(pages, kv, d, page, generator=g), torch.float8_e4m3fn).transpose(-1, -2)").replace(
+    "    v = to_pool(torch.randn(pages, kv, page, d, generator=g), torch.float8_e4m3fn)").replace(
     "assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()",
     "assert (got - want).abs().max() <= 5e-3, (got - want).abs().max()    # products in FP16").replace(
     "assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2)      # the cache write (keys normalised, rotated)",

@@ -192,16 +192,13 @@ def kernel_vs_sdpa(engine, cfg) -> dict:
 
 def gemm_vs_cublas(engine) -> dict:
     """Each matrix product of the step over all layers' weights in turn (32 rows, as the step runs them, replayed
-    as a CUDA graph): our skinny-GEMM op with its epilogue vs cuBLAS plus the epilogue as separate ops, and our op
-    with one live row of the 32 (the step's mask: only that row's x is read)."""
+    as a CUDA graph): our skinny-GEMM op with its epilogue vs cuBLAS plus the epilogue as separate ops."""
     import torch
 
     from stages import skinny_gemm
 
     slots, h = engine.slots, engine.cfg.hidden_size
     x = torch.randn(slots, h, dtype=engine.dtype, device=engine.device)
-    one = torch.zeros(slots, dtype=torch.bool, device=engine.device)
-    one[0] = True
     out = {}
     for name, epilogue in (("qkv", "none"), ("o", "add"), ("gate_up", "silu_mul"), ("down", "add")):
         weights = [getattr(w, name) for w in engine.weights]
@@ -214,14 +211,11 @@ def gemm_vs_cublas(engine) -> dict:
         def cublas():
             return [skinny_gemm.reference(a, w, epilogue, residual) for w in weights]
 
-        def ours_one_row():
-            return [skinny_gemm.linear(a, w, epilogue, residual, live=one) for w in weights]
-
         nbytes = sum(w.numel() * w.element_size() for w in weights)
-        t_ours, t_cublas, t_one = _time_graph(ours), _time_graph(cublas), _time_graph(ours_one_row)
+        t_ours, t_cublas = _time_graph(ours), _time_graph(cublas)
         out[name] = {"epilogue": epilogue, "layers": len(weights), "bytes_per_layer": nbytes / len(weights),
-                     "ours_us": t_ours * 1e6 / len(weights), "cublas_us": t_cublas * 1e6 / len(weights),
-                     "ours_one_live_row_us": t_one * 1e6 / len(weights)}
+                     "ours_us": t_ours * 1e6 / len(weights),
+                     "cublas_us": t_cublas * 1e6 / len(weights)}
     return out
 
 
@@ -341,8 +335,7 @@ def print_report(r: dict) -> None:
         console.print(f"{name} GEMM ({g['bytes_per_layer'] / 1e6:.0f} MB, epilogue {g['epilogue']}), {r['slots']} "
                       f"rows, mean of {g['layers']} layers: skinny kernel {g['ours_us']:.1f} µs "
                       f"({g['bytes_per_layer'] / g['ours_us'] / 1e6:.2f} TB/s) vs cuBLAS + separate epilogue "
-                      f"{g['cublas_us']:.1f} µs ({g['bytes_per_layer'] / g['cublas_us'] / 1e6:.2f} TB/s); ours with one "
-                      f"live row {g['ours_one_live_row_us']:.1f} µs")
+                      f"{g['cublas_us']:.1f} µs ({g['bytes_per_layer'] / g['cublas_us'] / 1e6:.2f} TB/s)")
     for p in r.get("profiles", []):
         print_profile(p, console)
     n = r["numerics"]
