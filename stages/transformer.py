@@ -341,11 +341,18 @@ def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: floa
     layer maths, possibly compiled) are the acoustic engine's speed choices; the maths is the same.
     """
     tau = timestep_tau(raw, x.dtype, model.cfg.timestep_shift, x.device)
+    end = cond_end if cond_end > 0 else prefix_len
+    buffers = buffers or nar_kv_buffers(prefix_kv, end, x.shape[0] + 2)
+    return velocity_at(model, prefix_len, end, x, tau, buffers, head, tail)
+
+
+def velocity_at(model: YuE2, prefix_len: int, end: int, x: torch.Tensor, tau: torch.Tensor, buffers,
+                head=layer_head, tail=layer_tail):
+    """`velocity` at a given τ (a 0-d device tensor, `timestep_tau`) over filled prefix buffers whose first `end`
+    keys the NAR rows see: device work only, so a CUDA graph can hold it (the acoustic engine replays one)."""
     h = nar_inputs(model, x, tau)[None]
     positions = prefix_len + torch.arange(h.shape[1], device=x.device)
     cos, sin = rope_tables(positions, model.cfg, h.dtype)
-    end = cond_end if cond_end > 0 else prefix_len
-    buffers = buffers or nar_kv_buffers(prefix_kv, end, h.shape[1])
     d = dims(model.cfg)
     for w, (kb, vb) in zip(branch_weights(model, NAR), buffers):
         q, k, v = head(h, w, cos, sin, d)

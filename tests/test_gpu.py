@@ -232,6 +232,9 @@ def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):
     got, want = fast.synthesize(request), plain.synthesize(request)
     assert np.abs(got - want).mean() <= 0.02 * np.abs(want).mean(), np.abs(got - want).mean()
     assert np.array_equal(got, fast.synthesize(request))                   # repeatable
+    eager = AcousticEngine(model, cfg.tokens)
+    eager.graphs = False                     # each evaluation launched anew: the replayed graph's bits exactly
+    assert np.array_equal(got, eager.synthesize(request))
 
 
 def test_fused_snake_equals_eager():

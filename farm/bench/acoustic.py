@@ -1,6 +1,7 @@
 """`farm bench acoustic`: one acoustic chunk of the reference track's geometry, its velocity evaluation timed on the
-engine's path (compiled on CUDA) and on the plain eager path, against the matrix-multiply rate measured in the
-same run; and the latents of both paths against an FP32 run of the same request.
+engine's path (compiled on CUDA, a replayed CUDA graph after its first call) and on the plain eager path, against
+the matrix-multiply rate measured in the same run; and the latents of both paths against an FP32 run of the same
+request.
 
 FLOP per evaluation are the planner's (`cluster.workload.ModelShape.velocity_eval_flop`): the linear layers over
 the NAR rows plus attention of every NAR row over the prefix and the NAR rows. `acoustic_mfu` is that count over
@@ -8,6 +9,7 @@ the evaluation's time, as a share of the measured rate.
 """
 from __future__ import annotations
 
+import functools
 import json
 import time
 from pathlib import Path
@@ -50,10 +52,9 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
         buffers = nar_kv_buffers(kv, len(ids), frames + 2)
         del kv
         x = song_noise(frames, cfg.model.latent_dim, 0).to(device=device, dtype=engine.dtype)
-        seconds = {name: _seconds(lambda: velocity(net, None, len(ids), x, 0.5, 0, buffers, head, tail), evals,
-                                  device)
-                   for name, (head, tail) in (("engine", (engine.head, engine.tail)),
-                                              ("plain", (layer_head, layer_tail)))}
+        runs = {"engine": functools.partial(engine.evaluator(len(ids), len(ids), buffers), x, 0.5),
+                "plain": lambda: velocity(net, None, len(ids), x, 0.5, 0, buffers, layer_head, layer_tail)}
+        seconds = {name: _seconds(fn, evals, device) for name, fn in runs.items()}
         rate = matmul_rate(torch, device, engine.dtype)
     flop = shape.velocity_eval_flop(len(ids), frames + 2)
     report = {"environment": {**environment(device), "model": cfg.name}, "prefix_tokens": prefix_tokens,
@@ -123,7 +124,7 @@ def numerics(paths, cfg, device: str, dtype) -> dict:
         net = load_model(paths.model_dir, cfg, {AR, NAR}, device=device, dtype=run_dtype)
         engine = AcousticEngine(net, cfg.tokens)
         if not engine_path:
-            engine.head, engine.tail = layer_head, layer_tail
+            engine.head, engine.tail, engine.graphs = layer_head, layer_tail, False
         out[name] = engine.synthesize(request)
         del net, engine
         if device.startswith("cuda"):
