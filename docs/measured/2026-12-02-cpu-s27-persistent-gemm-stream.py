@@ -1,25 +1,27 @@
-"""A probe for the next GPU session, compiled here for sm_90 (Triton 3.6 and 3.9: `--compile-only`) but not yet run
-on a GPU (its indexing is checked under Triton's interpreter: `TRITON_INTERPRET=1 … --check-on-cpu`): does a
-persistent kernel whose weight copies stay in flight across its grid barriers stream the AR
-layers' weights faster than separate launches? (docs/ar-engine.md, "What the compiler can do for a persistent
-kernel"; the first persistent probe, docs/measured/2026-12-01-h200-s24-persistent-gemm-probe.py, drained its
-pipeline at every barrier and lost: 56.9 against 45.3 µs per layer.)
+"""A probe for the next GPU session: compiled here for sm_90 (Triton 3.6 and 3.9, `--compile-only`), its indexing
+checked under Triton's interpreter (`TRITON_INTERPRET=1 … --check-on-cpu`), not yet run on a GPU. Does a persistent
+kernel whose weight copies stay in flight across its grid barriers stream the AR layers' weights faster than
+separate launches? (docs/ar-engine.md, "What the compiler can do for a persistent kernel"; the first persistent
+probe, docs/measured/2026-12-01-h200-s24-persistent-gemm-probe.py, drained its pipeline at every barrier and lost:
+56.9 against 45.3 µs per layer.)
 
 The chain: the four products of the 28 yue2-3b layers at 32 rows, each one's input the output of the one before
 (the decode step's dependencies; attention, norms and epilogues left out: this measures streaming only), in BF16
 with FP32 accumulation. 128 programs; every GEMM is cut into tiles of 16 output columns over the whole of K, and
 each program owns the same number of tiles of every GEMM (q/k/v 2, o 1, gate/up 6, down 1), so no sums cross
-programs. One loop runs all of a program's k-tiles of all 112 GEMMs: the weight loads depend on the loop index
-alone, so the pipeliner runs them STAGES − 1 k-tiles ahead, straight across the barriers; the activation loads sit
+programs. One loop runs all of a program's k-tiles of all 112 GEMMs. The weight loads depend on the loop index
+alone, so the pipeliner runs them STAGES − 1 k-tiles ahead, straight across the barriers. The activation loads sit
 in a branch, which it leaves synchronous, and their address adds an opaque zero computed from the wait's result
-(without it the compiled loop read x of a GEMM's first k-tile before that k-tile's wait). A CTA barrier in the loop would turn the pipelining off, so
-each thread releases its own stores into its program's counter, and a waiting program polls all 128 counters at
-once (one acquire per thread; the minimum, a cross-warp reduction, is its CTA-wide synchronisation).
+(without it the compiled loop read x of a GEMM's first k-tile before that k-tile's wait). A CTA barrier in the loop
+would turn the pipelining off, so each thread releases its own stores into its program's counter, and a waiting
+program polls all 128 counters at once (one acquire per thread; their minimum, a cross-warp reduction, is its
+CTA-wide synchronisation).
 
 Baseline in the same run: the same chain as separate launches of our skinny-GEMM kernel with the same tile (16 × 256,
 no split: the same k-order, so the outputs should be equal bit for bit) replayed in a CUDA graph. GPU machine,
 repository root: `python docs/measured/2026-12-02-cpu-s27-persistent-gemm-stream.py` (random weights, ~6 GB).
-A spin that outlasts LIMIT polls counts an error instead of hanging.
+A spin that outlasts LIMIT polls counts an error instead of hanging; all 128 programs must be resident at once
+(one per SM of an H200's 132).
 """
 import sys
 
