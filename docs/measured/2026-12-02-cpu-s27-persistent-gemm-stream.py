@@ -166,6 +166,7 @@ def compile_only() -> None:
 def run() -> None:
     import torch
 
+    from farm.bench.ar import _time_graph        # seconds per call of fn replayed as one CUDA graph
     from stages import skinny_gemm
 
     torch.manual_seed(0)
@@ -190,31 +191,15 @@ def run() -> None:
         flag.zero_()
         chain[(PROGRAMS,)](*ws, a, *outs, flag, err, L, **constexprs(stages), num_warps=WARPS)
 
-    def graph_us(fn, reps=20):
-        fn()
-        torch.cuda.synchronize()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            fn()
-        graph.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        for _ in range(reps):
-            graph.replay()
-        end.record()
-        torch.cuda.synchronize()
-        return start.elapsed_time(end) / reps * 1e3
-
     nbytes = sum(w[0].numel() * 2 for w in ws)
     want = separate()
-    t = graph_us(separate) / L
+    t = _time_graph(separate) * 1e6 / L
     print(f"separate launches, tile {BN} x {BK}: {t:.2f} µs per layer ({nbytes / t / 1e6:.2f} TB/s)", flush=True)
     for stages in (2, 3, 4, 6):
         persistent(stages)
         torch.cuda.synchronize()
         equal = all(torch.equal(outs[g][layer], want[4 * layer + g]) for layer in range(L) for g in range(4))
-        t = graph_us(lambda: persistent(stages)) / L
+        t = _time_graph(lambda: persistent(stages)) * 1e6 / L
         print(f"persistent, {stages} stages: {t:.2f} µs per layer ({nbytes / t / 1e6:.2f} TB/s; the counters' "
               f"zeroing included); equal to separate launches: {equal}; spin errors {int(err.item())}", flush=True)
 
