@@ -1,5 +1,8 @@
-"""A probe for the next GPU session: compiled here for sm_90 (Triton 3.6 and 3.9, `--compile-only`), its indexing
-checked under Triton's interpreter (`TRITON_INTERPRET=1 … --check-on-cpu`), not yet run on a GPU. Does a persistent
+"""A probe written on a CPU box (compiled for sm_90 with Triton 3.6 and 3.9, `--compile-only`; its indexing checked
+under Triton's interpreter, `TRITON_INTERPRET=1 … --check-on-cpu`) and run on an H200 on 2026-12-02 (third session):
+bit-identical to separate launches and ~5× slower (docs/measured/2026-12-02-h200-s28-persistent-gemm-stream.log for
+the first version, atomic polls only; -ld.log and -variants.log for this one, with `ld.acquire` polls and the
+timing-only variants without waits or with x pipelined; docs/benchmarks.md says what they show). Does a persistent
 kernel whose weight copies stay in flight across its grid barriers stream the AR layers' weights faster than
 separate launches? (docs/ar-engine.md, "What the compiler can do for a persistent kernel"; the first persistent
 probe, docs/measured/2026-12-01-h200-s24-persistent-gemm-probe.py, drained its pipeline at every barrier and lost:
@@ -43,6 +46,22 @@ def opaque_zero(v):
 
 
 @triton.jit
+def load_acquire(p):
+    """*p with acquire semantics at GPU scope: a plain load, not a read-modify-write, so that 128 programs polling the
+    same counters do not queue at the L2's atomic units."""
+    return tl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [p], dtype=tl.int32,
+                                     is_pure=False, pack=1)
+
+
+@triton.jit
+def poll(p, LD_POLL: tl.constexpr):
+    if LD_POLL:
+        return load_acquire(p)
+    else:
+        return tl.atomic_add(p, 0, sem="acquire", scope="gpu")
+
+
+@triton.jit
 def _zero(v):
     return v * 0
 
@@ -57,7 +76,8 @@ def chain(W0, W1, W2, W3, A, O0, O1, O2, O3, FLAG, ERR, layers,
           N0: tl.constexpr, K0: tl.constexpr, T0: tl.constexpr, N1: tl.constexpr, K1: tl.constexpr,
           T1: tl.constexpr, N2: tl.constexpr, K2: tl.constexpr, T2: tl.constexpr, N3: tl.constexpr,
           K3: tl.constexpr, T3: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, BK: tl.constexpr,
-          P: tl.constexpr, THREADS: tl.constexpr, STAGES: tl.constexpr, LIMIT: tl.constexpr):
+          P: tl.constexpr, THREADS: tl.constexpr, STAGES: tl.constexpr, LIMIT: tl.constexpr,
+          LD_POLL: tl.constexpr, WAIT: tl.constexpr, X_SYNC: tl.constexpr):
     """Layer l: O0[l] = x·W0[l]ᵀ with x = O3[l − 1] (A for l = 0), O1[l] = O0[l][:, :K1]·W1[l]ᵀ, O2[l] = O1[l]·W2[l]ᵀ,
     O3[l] = O2[l][:, :K3]·W3[l]ᵀ, all [layers, BM, N] BF16. FLAG [4·layers, P]: THREADS per program once it is done
     with that phase (zeroed by the caller)."""
@@ -86,23 +106,30 @@ def chain(W0, W1, W2, W3, A, O0, O1, O2, O3, FLAG, ERR, layers,
         w = tl.load(w_at + n[:, None].to(tl.int64) * depth + k[None, :])
         phase = layer * 4 + g
         ready = 0
-        if (local == 0) & (phase > 0):                     # the GEMM's first k-tile here: wait for its input
-            done = tl.min(tl.atomic_add(FLAG + (phase - 1) * P + programs, 0, sem="acquire", scope="gpu"), 0)
-            spins = 0
-            while (done < THREADS) & (spins < LIMIT):
-                done = tl.min(tl.atomic_add(FLAG + (phase - 1) * P + programs, 0, sem="acquire", scope="gpu"), 0)
-                spins += 1
-            if spins >= LIMIT:
-                tl.atomic_add(ERR, 1)
-            ready = opaque_zero(done)      # x's address depends on the wait: the scheduler cannot put x first
+        if WAIT:
+            if (local == 0) & (phase > 0):                 # the GEMM's first k-tile here: wait for its input
+                done = tl.min(poll(FLAG + (phase - 1) * P + programs, LD_POLL), 0)
+                spins = 0
+                while (done < THREADS) & (spins < LIMIT):
+                    done = tl.min(poll(FLAG + (phase - 1) * P + programs, LD_POLL), 0)
+                    spins += 1
+                if spins >= LIMIT:
+                    tl.atomic_add(ERR, 1)
+                ready = opaque_zero(done)      # x's address depends on the wait: the scheduler cannot put x first
         if local % kts == 0:
             acc = tl.zeros([BN, BM], tl.float32)
-        if phase == 0:
-            x = tl.load(A + m[None, :] * K0 + k[:, None])
-        else:
-            src_width = pick(g, N3, N0, N1, N2)
+        if X_SYNC:
+            if phase == 0:
+                x = tl.load(A + m[None, :] * K0 + k[:, None])
+            else:
+                src_width = pick(g, N3, N0, N1, N2)
+                prev = tl.where(g == 0, layer - 1, layer)
+                x_at = pick(g, O3, O0, O1, O2) + ready + prev.to(tl.int64) * BM * src_width
+                x = tl.load(x_at + m[None, :] * src_width + k[:, None], cache_modifier=".cg")
+        else:                              # timing only: x pipelined like w, so read before it is written
+            src_width = tl.where(phase == 0, K0, pick(g, N3, N0, N1, N2))
             prev = tl.where(g == 0, layer - 1, layer)
-            x_at = pick(g, O3, O0, O1, O2) + ready + prev.to(tl.int64) * BM * src_width
+            x_at = tl.where(phase == 0, A, pick(g, O3, O0, O1, O2) + prev.to(tl.int64) * BM * src_width)
             x = tl.load(x_at + m[None, :] * src_width + k[:, None], cache_modifier=".cg")
         acc = tl.dot(w, x, acc)
         if local % kts == kts - 1:
@@ -112,8 +139,10 @@ def chain(W0, W1, W2, W3, A, O0, O1, O2, O3, FLAG, ERR, layers,
                 tl.atomic_add(FLAG + phase * P + pid + lanes, 1, sem="release", scope="gpu")   # each thread
 
 
-def constexprs(stages: int, gemms=GEMMS, bn=BN, bk=BK, programs=PROGRAMS, rows=M) -> dict:
-    c = {"BM": rows, "BN": bn, "BK": bk, "P": programs, "THREADS": THREADS, "STAGES": stages, "LIMIT": LIMIT}
+def constexprs(stages: int, gemms=GEMMS, bn=BN, bk=BK, programs=PROGRAMS, rows=M, ld_poll=True, wait=True,
+               x_sync=True) -> dict:
+    c = {"BM": rows, "BN": bn, "BK": bk, "P": programs, "THREADS": THREADS, "STAGES": stages, "LIMIT": LIMIT,
+         "LD_POLL": ld_poll, "WAIT": wait, "X_SYNC": x_sync}
     for g, (n, k, t) in enumerate(gemms):
         assert n == bn * programs * t and k % bk == 0, (n, k, t)
         c.update({f"N{g}": n, f"K{g}": k, f"T{g}": t})
@@ -134,7 +163,7 @@ def check_on_cpu() -> None:
     outs = [torch.empty(layers, rows, n) for n, _, _ in gemms]
     flag = torch.zeros(4 * layers, 1, dtype=torch.int32)
     err = torch.zeros(1, dtype=torch.int32)
-    chain[(1,)](*ws, a, *outs, flag, err, layers, **constexprs(2, gemms, bn, bk, 1, rows))
+    chain[(1,)](*ws, a, *outs, flag, err, layers, **constexprs(2, gemms, bn, bk, 1, rows, ld_poll=False))
     x = a
     for layer in range(layers):
         for g, (_, k, _) in enumerate(gemms):
@@ -187,21 +216,28 @@ def run() -> None:
                 got.append(x)
         return got
 
-    def persistent(stages):
+    def persistent(stages, ld_poll=True, **timing_only):
         flag.zero_()
-        chain[(PROGRAMS,)](*ws, a, *outs, flag, err, L, **constexprs(stages), num_warps=WARPS)
+        chain[(PROGRAMS,)](*ws, a, *outs, flag, err, L, **constexprs(stages, ld_poll=ld_poll, **timing_only),
+                           num_warps=WARPS)
 
     nbytes = sum(w[0].numel() * 2 for w in ws)
     want = separate()
     t = _time_graph(separate) * 1e6 / L
     print(f"separate launches, tile {BN} x {BK}: {t:.2f} µs per layer ({nbytes / t / 1e6:.2f} TB/s)", flush=True)
-    for stages in (2, 3, 4, 6):
-        persistent(stages)
+    for stages, ld_poll in ((4, False), (4, True)):
+        outs[3].zero_()
+        persistent(stages, ld_poll)
         torch.cuda.synchronize()
         equal = all(torch.equal(outs[g][layer], want[4 * layer + g]) for layer in range(L) for g in range(4))
-        t = _time_graph(lambda: persistent(stages)) * 1e6 / L
-        print(f"persistent, {stages} stages: {t:.2f} µs per layer ({nbytes / t / 1e6:.2f} TB/s; the counters' "
+        t = _time_graph(lambda: persistent(stages, ld_poll)) * 1e6 / L
+        how = "ld.acquire polls" if ld_poll else "atomic polls"
+        print(f"persistent, {stages} stages, {how}: {t:.2f} µs per layer ({nbytes / t / 1e6:.2f} TB/s; the counters' "
               f"zeroing included); equal to separate launches: {equal}; spin errors {int(err.item())}", flush=True)
+    # Where the time goes (wrong results, timing only): without the waits; and without them with x pipelined too.
+    for what, kw in (("no waits", {"wait": False}), ("no waits, x pipelined", {"wait": False, "x_sync": False})):
+        t = _time_graph(lambda: persistent(4, **kw)) * 1e6 / L
+        print(f"timing only, 4 stages, {what}: {t:.2f} µs per layer ({nbytes / t / 1e6:.2f} TB/s)", flush=True)
 
 
 if __name__ == "__main__":
