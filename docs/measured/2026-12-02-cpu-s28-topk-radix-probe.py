@@ -6,7 +6,7 @@ docs/measured/2026-12-02-h200-s28-topk-bench-ar{,-old-topk}.log). Its selection 
 below, and all 26 GPU tests with it in the engine), its speed not: one program streams the whole row twice, and
 the 2,048-bin histograms are shared-memory atomics into the few bins that the scores of a row crowd into, so they
 serialise. What would be needed: many programs per row (a multi-block select as PyTorch's, but over the live rows
-only) and per-warp histograms. Kept here as measured; `TRITON_INTERPRET=1 python … --check-on-cpu` checks it.
+only) and per-warp histograms. Kept here as measured; `TRITON_INTERPRET=1 python …` checks it on the CPU.
 
 The kernel's own description, as it stood:
 Triton kernel behind `fast_sampling.top` on CUDA (imported only on CUDA hosts, or in the interpreter).
@@ -21,7 +21,7 @@ with the sign bit flipped for positives and all bits flipped for negatives, so t
 4. a last pass over the scratch row writes the keys above it, then as many keys equal to it as are still needed,
    lowest ids first.
 So the set is the one a stable descending sort's first K entries give — ties at the K-th score broken by lowest
-id (`fast_sampling._top_reference`) — whichever rows share the call. Rows that are not live are skipped (their
+id (`reference` below; in the tree it was `fast_sampling._top_reference`) — whichever rows share the call. Rows that are not live are skipped (their
 output: scores 0, ids 0 … K − 1), which is what makes it fast at one live row of 32: PyTorch's radix select works
 every row. The output order is the passes' order, not the scores'; the sampler sorts its candidates itself.
 """
@@ -151,7 +151,6 @@ def reference(x, live, k):
 
 
 def check_on_cpu():
-    import torch
     torch.manual_seed(0)
     K = 256
     rows = [torch.randn(9000) * 3,                                    # a plain row, W not a multiple of the block
@@ -162,7 +161,6 @@ def check_on_cpu():
             torch.where(torch.rand(7000) < 0.5, torch.zeros(7000), -torch.zeros(7000)) + (torch.rand(7000) < 0.01),
             torch.randn(8192) * 1e-30,                                # tiny magnitudes: the low key bits decide
             torch.randn(9000) * 3]
-    width = max(r.numel() for r in rows)
     for r, row in enumerate(rows):
         x = torch.full((3, row.numel()), float("nan"))
         x[1] = row
