@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import fast_sampling, quant, sampling, skinny_gemm, step_weights, vocab_spans
+from . import fast_sampling, layer_chain, quant, sampling, skinny_gemm, step_weights, vocab_spans
 from .compiled import shared
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
@@ -78,11 +78,14 @@ class _Live:
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
                  sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16,
-                 weight_format: str = "bf16", kv_format: str = "bf16"):
+                 weight_format: str = "bf16", kv_format: str = "bf16", chain: bool | None = None):
         """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
         graph replay and per host read in the fast mode. `weight_format`: how the AR linear layers are read
         (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts). `kv_format`: how the
-        KV cache stores keys and values (kv_cache.KV_FORMATS; "fp8" halves what a step reads of them)."""
+        KV cache stores keys and values (kv_cache.KV_FORMATS; "fp8" halves what a step reads of them). `chain`:
+        the step runs each layer's products after attention as one op (layer_chain.py; BF16 weights only) —
+        None: where its kernel runs (Hopper). The kernel sums in another order than the separate products, so
+        the choice changes a GPU step's last bits; it is fixed per card model, never per batch."""
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if weight_format not in quant.FORMATS:
@@ -105,6 +108,10 @@ class AREngine:
         self.weight_format, self.dims = weight_format, dims(cfg)
         self.step_weights = step_weights.for_format(model, weight_format)
         self.folded = weight_format == "bf16"
+        first = self.step_weights[0]
+        self.chain = self.folded and (chain if chain is not None else layer_chain.supported(
+            self.device, first.o.shape[0], first.down.shape[1], first.qkv.shape[0]))
+        self.chain_state = layer_chain.words(self.device)
         # prefill runs the same weights as the step when they are quantised (one model, not two)
         self.weights = branch_weights(model, AR) if self.folded else self.step_weights
         self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
@@ -219,12 +226,25 @@ class AREngine:
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
         cos, sin = rope_tables(positions, self.cfg, self.dtype)                # [S, D]
+        if self.chain:
+            return self._chained(x, cos, sin, seq_lens)
         for i, w in enumerate(self.step_weights):
             qkv = self._head(x, w.in_norm, w.qkv, self.dims)[:, 0]
             out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens,
                                    self.dims.eps)
             x = self._tail(x, out[:, :, None], w.o, w.post_norm, w.gate_up, w.down, self.dims)
         return self._norm(x[:, 0], self.model.model.norm.weight, self.dims.eps)
+
+    def _chained(self, x, cos, sin, seq_lens) -> torch.Tensor:
+        """`forward` with each layer's products after attention, and the next layer's q/k/v, in one op."""
+        kv, layers, eps = self.kv, self.step_weights, self.dims.eps
+        qkv = self._head(x, layers[0].in_norm, layers[0].qkv, self.dims)[:, 0]
+        h = x[:, 0]
+        for i, w in enumerate(layers):
+            out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens, eps)
+            nxt = layers[i + 1].qkv if i + 1 < len(layers) else None
+            h, qkv = layer_chain.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down, nxt, eps, self.chain_state)
+        return self._norm(h, self.model.model.norm.weight, eps)
 
     def _feed(self, variant: vocab_spans.StepSpans | None = None) -> None:
         """Forward the tokens in `self.tokens` for the active slots; their next logits land in `next_logits` (the
@@ -298,6 +318,8 @@ class AREngine:
         self._run(variant.name, variant)
         self.drawn_host.copy_(self.drawn, non_blocking=True)
         _sync(self.device)
+        if self.chain and int(self.chain_state[1]):
+            raise RuntimeError("the layer-chain kernel's grid barrier timed out: this block's tokens are wrong")
         rows = self.drawn_host.tolist()
         n, finished, going_on = len(self.live), [], []
         for live in self.live:

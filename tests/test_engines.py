@@ -184,3 +184,15 @@ def _layout(model):
     from stages.config import BYTE_LAYOUT
 
     return BYTE_LAYOUT
+
+
+@torch.inference_mode()
+def test_layer_chain_step_draws_what_the_separate_products_draw(model):
+    """The step with each layer's products after attention as one op (layer_chain.py; on the CPU its reference)
+    draws exactly the ids of the step that runs them as separate ops, alone and batched."""
+    requests = _requests()
+    engines = {chain: AREngine(model, _layout(model), slots=8, kv_tokens=4096, chain=chain) for chain in (True, False)}
+    assert engines[True].chain and not engines[False].chain
+    results = {chain: {r.key: r for r in e.generate(requests)} for chain, e in engines.items()}
+    for r in requests:
+        assert np.array_equal(results[True][r.key].ids, results[False][r.key].ids), r.key

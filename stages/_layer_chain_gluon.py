@@ -1,0 +1,287 @@
+"""Gluon kernel behind `layer_chain.chain` (imported only on Hopper hosts): one persistent launch for the four
+products that follow a layer's attention in the AR decode step — o (+ residual), gate/up (+ the folded RMSNorm,
+SiLU(gate)·up), down (+ residual) and the next layer's q/k/v (+ the folded RMSNorm).
+
+Why one launch: at a step's 32 rows each product only reads its weight, and separate kernels each pay a start and a
+drain that the weight stream does not cover (docs/ar-engine.md). Here every program (one per SM) has three roles:
+- a *weight* warp walks every weight tile this program multiplies, for all four products in order, and copies
+  each [BN, BK] piece with TMA into a ring of STAGES slots. It waits only for a free slot, never for the other
+  programs, so the next product's weights are on their way while the grid waits for the product before;
+- an *activation* warp waits until every program has finished the product whose output is the next one's input
+  (a grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a ring of XSTAGES
+  slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
+- the *consumer* warpgroup multiplies acc[64, BN] += x[64, BK] · w[BN, BK]ᵀ, runs the epilogue with the rounding
+  of the unfused ops (skinny_gemm.reference), stores its tile, and after a product's last tile adds one to the
+  counter with release semantics.
+A product's tiles are dealt round robin to the programs; every tile spans the whole of K, so no sum crosses
+programs and a row's numbers depend only on its own inputs (batch invariance). The gate/up tile is BN_GU gate
+rows and the same BN_GU up rows in one ring slot (two TMA copies), so SiLU(gate)·up is done in registers.
+The norms: each tile of the o and down products also stores its rows' sums of squares of the values it stored;
+the gate/up and q/k/v products sum those partials (in tile order) into each row's rsqrt(mean(x²) + eps) and scale
+their FP32 products by it, as `skinny_gemm` does for a folded norm. (Summing x² from the shared-memory k-tiles
+instead, in every tile, made the chain slower than separate launches: 58 against 44 µs per layer.)
+
+Programmatic dependent launch: the kernel may start while the attention kernels before it run. The weight warp
+starts at once (weights are never written); the activation warp and the consumer first wait for the kernel
+before (griddepcontrol.wait), which transitively covers every earlier kernel of the step. The counter is reset by
+the program that makes the last increment, so the next chain finds it at zero.
+Measured in docs/measured/2026-12-02-cpu-s29-gluon-stream.py and 2026-12-03-*-layer-chain-* (docs/benchmarks.md).
+"""
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
+                                                               warpgroup_mma_wait)
+
+ROWS = gl.constexpr(32)     # the step's slots; the MMA's M is 64, rows 32-63 zero
+
+
+@gluon.jit
+def _asm_zero(v, ASM: gl.constexpr):
+    """Runs one PTX statement in every thread that gets here; v only gives the asm a shape (returns 0)."""
+    return gl.inline_asm_elementwise(ASM + " mov.u32 $0, 0;", "=r,r", [v], dtype=gl.int32, is_pure=False, pack=1)
+
+
+@gluon.jit
+def _wait_kernel_before(v):
+    return _asm_zero(v, "griddepcontrol.wait;")
+
+
+@gluon.jit
+def _wait_counter(counter, err, target):
+    """Spin (acquire loads) until every program has counted past `target`; then order this thread's later TMA
+    reads after what it has seen (the data were written by other SMs' plain stores). A spin that runs ~10⁸
+    polls (seconds) gives up and counts an error rather than hang the card (the caller checks `err`)."""
+    n = 0
+    seen = gl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+    while (seen < target) & (n < 100000000):
+        seen = gl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        n += 1
+    if seen < target:
+        gl.atomic_add(err, 1)
+    _asm_zero(seen, "fence.proxy.async.global;")
+
+
+# ---- the weight warp -------------------------------------------------------------------------------------------
+
+@gluon.jit
+def _weights(desc, ring, full, empty, i, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
+             BK: gl.constexpr, STAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr):
+    """PAIR: the matrix is [2N, K] (gate rows, then up rows) and a tile takes BN rows of each half."""
+    for tile in range(pid, N // BN, G):
+        for k in range(K // BK):
+            s = i % STAGES
+            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
+            if PAIR:
+                mbarrier.expect(full.index(s), 2 * BN * BK * 2)
+                tma.async_copy_global_to_shared(desc, [tile * BN, k * BK], full.index(s), ring.index(s).slice(0, BN))
+                tma.async_copy_global_to_shared(desc, [N + tile * BN, k * BK], full.index(s),
+                                                ring.index(s).slice(BN, BN))
+            else:
+                mbarrier.expect(full.index(s), BN * BK * 2)
+                tma.async_copy_global_to_shared(desc, [tile * BN, k * BK], full.index(s), ring.index(s).slice(0, BN))
+            i += 1
+    return i
+
+
+@gluon.jit
+def weight_warp(wo, wgu, wd, wq, ring, full, empty, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr,
+                BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr,
+                STAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
+    i = pid * 0
+    i = _weights(wo, ring, full, empty, i, pid, H, H, BN_O, BK, STAGES, G, False)
+    i = _weights(wgu, ring, full, empty, i, pid, I, H, BN_GU, BK, STAGES, G, True)
+    i = _weights(wd, ring, full, empty, i, pid, H, I, BN_D, BK, STAGES, G, False)
+    if NEXT:
+        i = _weights(wq, ring, full, empty, i, pid, Q, H, BN_Q, BK, STAGES, G, False)
+
+
+# ---- the activation warp ---------------------------------------------------------------------------------------
+
+@gluon.jit
+def _activations(desc, xs, xfull, xempty, j, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
+                 BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr):
+    for tile in range(pid, N // BN, G):
+        for k in range(K // BK):
+            s = j % XSTAGES
+            mbarrier.wait(xempty.index(s), ((j // XSTAGES) & 1) ^ 1)
+            mbarrier.expect(xfull.index(s), ROWS * BK * 2)
+            tma.async_copy_global_to_shared(desc, [0, k * BK], xfull.index(s), xs.index(s).slice(0, ROWS))
+            j += 1
+    return j
+
+
+@gluon.jit
+def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.constexpr, I: gl.constexpr,
+                    Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr,
+                    BN_Q: gl.constexpr, BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr,
+                    NEXT: gl.constexpr):
+    j = pid * 0
+    _wait_kernel_before(j)
+    j = _activations(xa, xs, xfull, xempty, j, pid, H, H, BN_O, BK, XSTAGES, G)
+    _wait_counter(counter, err, G)
+    j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
+    _wait_counter(counter, err, 2 * G)
+    j = _activations(xg, xs, xfull, xempty, j, pid, H, I, BN_D, BK, XSTAGES, G)
+    if NEXT:
+        _wait_counter(counter, err, 3 * G)
+        j = _activations(xn, xs, xfull, xempty, j, pid, Q, H, BN_Q, BK, XSTAGES, G)
+
+
+# ---- the consumer warpgroup ------------------------------------------------------------------------------------
+
+@gluon.jit
+def _row_factor(sq_in, M, eps, K: gl.constexpr, TILES: gl.constexpr, mma: gl.constexpr):
+    """rsqrt(mean(x²) + eps) per row, from the [TILES, 32] partial sums of squares the product before wrote (one
+    per output tile, summed here in tile order: deterministic, and a row's own numbers only)."""
+    pl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
+    r = gl.arange(0, 64, layout=gl.SliceLayout(1, pl))
+    t = gl.arange(0, TILES, layout=gl.SliceLayout(0, pl))
+    parts = gl.load(sq_in + t[None, :] * ROWS + r[:, None], mask=(r < M)[:, None] & (t < TILES)[None, :], other=0.0)
+    return gl.convert_layout(gl.rsqrt(gl.sum(parts, axis=1) / K + eps), gl.SliceLayout(1, mma))
+
+
+@gluon.jit
+def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, sq_in, sq_out, M, eps,
+             N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+             XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr, NORM: gl.constexpr, ADD: gl.constexpr,
+             IN_TILES: gl.constexpr, SQ: gl.constexpr, DIAG: gl.constexpr = 0):
+    """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
+    the row factor of the folded RMSNorm, from the IN_TILES partial sums at sq_in; PAIR: SiLU(gate)·up from the
+    tile's two halves; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out."""
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
+    c = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
+    rows = (r < M)[:, None] & (c < BN)[None, :]
+    if NORM:
+        if DIAG & 1:
+            factor = gl.full([64], 1.0, gl.float32, gl.SliceLayout(1, mma))[:, None]
+        else:
+            factor = _row_factor(sq_in, M, eps, K, IN_TILES, mma)[:, None]
+    for tile in range(pid, N // BN, G):
+        acc = gl.zeros([64, BN], gl.float32, mma)
+        acc2 = gl.zeros([64, BN], gl.float32, mma)
+        for k in range(K // BK):
+            xsl = j % XSTAGES
+            s = i % STAGES
+            mbarrier.wait(xfull.index(xsl), (j // XSTAGES) & 1)
+            mbarrier.wait(full.index(s), (i // STAGES) & 1)
+            acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(0, BN).permute((1, 0)), acc, is_async=True)
+            if PAIR:
+                acc2 = warpgroup_mma(xs.index(xsl), ring.index(s).slice(BN, BN).permute((1, 0)), acc2,
+                                     is_async=True)
+                acc, acc2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc2))
+            else:
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            # the MMAs of step k - 1 are done: its slots are free
+            mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=k > 0)
+            mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES), pred=k > 0)
+            i += 1
+            j += 1
+        if PAIR:
+            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
+        else:
+            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES))
+        mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES))
+
+        offs = r[:, None] * N + (tile * BN + c)[None, :]
+        if NORM:
+            acc = acc * factor
+            acc2 = acc2 * factor
+        y = acc.to(gl.bfloat16)
+        if ADD and (DIAG & 4) == 0:     # residual + x·Wᵀ, the product rounded first
+            res = gl.load(res_ptr + offs, mask=rows, other=0.0)
+            y = (y.to(gl.float32) + res.to(gl.float32)).to(gl.bfloat16)
+        if PAIR:    # SiLU(gate) · up, each rounded as the unfused ops round
+            gate = y.to(gl.float32)
+            silu = (gate * (1.0 / (1.0 + gl.exp(-gate)))).to(gl.bfloat16)
+            y = (silu.to(gl.float32) * acc2.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16)
+        gl.store(out_ptr + offs, y, mask=rows)
+        if SQ and (DIAG & 4) == 0:      # the next product's norm: this tile's share of each row's sum of squares, as stored
+            yf = y.to(gl.float32)
+            gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)
+    return i, j
+
+
+@gluon.jit
+def _done(counter, i, TOTAL: gl.constexpr):
+    """This program's part of a product is stored: count it (release). The last count of the chain resets the
+    counter for the next launch."""
+    gl.thread_barrier()                     # every thread's stores are issued before the release
+    _asm_zero(i, "fence.proxy.async.global;")
+    old = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if old == TOTAL - 1:
+        gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+
+
+@gluon.jit
+def consumer(xs, xfull, xempty, ring, full, empty, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M,
+             eps, pid,
+             H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
+             BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, DIAG: gl.constexpr):
+    TOTAL: gl.constexpr = (4 if NEXT else 3) * G
+    i = pid * 0
+    j = pid * 0
+    _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
+    _asm_zero(i, "griddepcontrol.launch_dependents;")
+    # plain loads of what other programs stored (the sums of squares, the o output) come after an acquire
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, sq_h, M, eps, H, H, BN_O,
+                    BK, STAGES, XSTAGES, G, False, False, True, 1, True, DIAG)
+    _done(counter, i, TOTAL)
+    if (DIAG & 2) == 0:
+        _wait_counter(counter, err, G)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, sq_h, M, eps, I, H, BN_GU,
+                    BK, STAGES, XSTAGES, G, True, True, False, H // BN_O, False, DIAG)
+    _done(counter, i, TOTAL)
+    if (DIAG & 2) == 0:
+        _wait_counter(counter, err, 2 * G)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, sq_x, M, eps, H, I, BN_D,
+                    BK, STAGES, XSTAGES, G, False, False, True, 1, NEXT, DIAG)
+    _done(counter, i, TOTAL)
+    if NEXT:
+        if (DIAG & 2) == 0:
+            _wait_counter(counter, err, 3 * G)
+        i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, sq_x, M, eps, Q, H,
+                        BN_Q, BK, STAGES, XSTAGES, G, False, True, False, H // BN_D, False, DIAG)
+        _done(counter, i, TOTAL)
+
+
+@gluon.jit
+def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
+                H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
+                BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, DIAG: gl.constexpr = 0):
+    """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
+    [BN_GU, BK] over the [2I, H] gate-then-up matrix); xa/xh/xg/xn: TMA descriptors (blocks [32, BK]) of the
+    attention output, the o output, the SiLU·up output and the down output; a_res: the residual the o product
+    adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32], sq_x
+    [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up and
+    q/k/v); counter, err: int32 words (zero at launch; err counts spins that gave up). NEXT: the q/k/v product of the next layer runs too."""
+    pid = gl.program_id(0)
+    ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
+                                                                                                       gl.bfloat16))
+    xs = gl.allocate_shared_memory(gl.bfloat16, [XSTAGES, 64, BK],
+                                   gl.NVMMASharedLayout.get_default_for([64, BK], gl.bfloat16))
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    xfull = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
+    xempty = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    for s in gl.static_range(XSTAGES):
+        mbarrier.init(xfull.index(s), count=1)
+        mbarrier.init(xempty.index(s), count=1)
+    zero: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
+    for s in gl.static_range(XSTAGES):      # rows 32-63 stay zero: TMA fills rows 0-31 only
+        xs.index(s).store(gl.zeros([64, BK], gl.bfloat16, zero))
+    fence_async_shared()
+    gl.warp_specialize([
+        (consumer, (xs, xfull, xempty, ring, full, empty, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err,
+                    M, eps, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, DIAG)),
+        (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
+                       NEXT)),
+        (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
+                           BK, XSTAGES, G, NEXT)),
+    ], [1, 1], [40, 40])

@@ -1,0 +1,151 @@
+"""The AR decode step's layer tail and the next layer's q/k/v in one op: `chain(attn, x, o, gate_up, down, qkv)`.
+
+After a layer's attention the step runs four matrix products, each the input of the next: o (+ the residual),
+gate/up (with the RMSNorm before it folded in, then SiLU(gate)·up), down (+ the residual) and the next layer's
+q/k/v (its input norm folded in). At the step's 32 rows each only reads its weight; as four kernels each pays a
+start and a drain that no bytes cover. On Hopper this op is one persistent Gluon kernel
+(`_layer_chain_gluon.py`): a warp per SM streams the weights of all four products through a ring of TMA copies
+without waiting between products, so the next product's weights arrive while the grid waits for the one before.
+Elsewhere, and on the CPU, it is `reference`: the same products through `skinny_gemm.reference`, the maths and
+rounding the separate ops have (`step_weights.folded_tail` and `folded_head`), so an engine with the chain gives
+the same ids on the CPU as one without. On the GPU the kernels differ from the skinny GEMMs in summation order
+only; every tile spans all of K and a row depends only on its own inputs (batch invariance).
+Weights are the step's folded ones (`step_weights.for_format(model, "bf16")`).
+"""
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+import torch
+
+from . import skinny_gemm
+
+
+@dataclass(frozen=True)
+class ChainTiling:
+    """Rows of weight per tile for each product (gate/up: this many gate rows and as many up rows), the depth of a
+    weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows and an activation slot 64 rows (the
+    MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128."""
+    bn_o: int = 16
+    bn_gu: int = 16
+    bn_d: int = 16
+    bn_q: int = 32
+    bk: int = 128
+    stages: int = 12
+    xstages: int = 6
+
+
+TILING = ChainTiling()
+ROWS = 32
+
+
+def reference(attn: torch.Tensor, x: torch.Tensor, o: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+              qkv: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """attn [M, heads·head_dim], x (the residual) [M, H] → (the layer's output [M, H], the next layer's q/k/v
+    [M, Q], or [M, 0] without `qkv`)."""
+    h = skinny_gemm.reference(attn, o, "add", x)
+    g = skinny_gemm.reference(h, gate_up, "silu_mul", None, eps)
+    out = skinny_gemm.reference(g, down, "add", h)
+    nxt = skinny_gemm.reference(out, qkv, "none", None, eps) if qkv is not None else out.new_empty(len(out), 0)
+    return out, nxt
+
+
+def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: int, t: ChainTiling = TILING) -> bool:
+    """The kernel runs on Hopper (sm_90: warpgroup MMA and TMA) with Gluon, for shapes its tiles divide."""
+    if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0) or not _gluon():
+        return False
+    def power_of_two(n):
+        return n > 0 and n & (n - 1) == 0
+    return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
+            and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
+            and t.bn_gu <= 16 and power_of_two(hidden // t.bn_o) and power_of_two(hidden // t.bn_d))
+
+
+@functools.cache
+def _gluon() -> bool:
+    try:
+        from . import _layer_chain_gluon  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def words(device: torch.device) -> torch.Tensor:
+    """The two int32 words a chain kernel needs (the grid barrier's counter, spins that gave up): zeros, one pair
+    per engine. Nonzero `[1]` after a step means a barrier timed out and that step's numbers are wrong."""
+    return torch.zeros(2, dtype=torch.int32, device=device)
+
+
+def chain(attn: torch.Tensor, x: torch.Tensor, o: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+          qkv: torch.Tensor | None, eps: float, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The op (`reference` says what it computes); `state` from `words`."""
+    return torch.ops.yue2.layer_chain(attn, x, o, gate_up, down, qkv, eps, state)
+
+
+# ---- the Gluon launch (imported only where Hopper is) ------------------------------------------------------------
+
+_DESCRIPTORS: dict = {}
+
+
+def _descriptor(t: torch.Tensor, rows: int, bk: int, cache: bool = False):
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
+
+    key = (t.data_ptr(), tuple(t.shape), rows, bk)
+    if cache and key in _DESCRIPTORS:
+        return _DESCRIPTORS[key]
+    desc = TensorDescriptor.from_tensor(t, [rows, bk], gl.NVMMASharedLayout.get_default_for([rows, bk], gl.bfloat16))
+    if cache:       # weights live as long as the engine; activations are new each call
+        _DESCRIPTORS[key] = desc
+    return desc
+
+
+@functools.cache
+def _programs(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling = TILING, diag: int = 0):
+    from . import _layer_chain_gluon as kern
+
+    m, hidden = x.shape
+    inter = down.shape[1]
+    q_rows = qkv.shape[0] if qkv is not None else 0
+    if (m > ROWS or attn.dtype != torch.bfloat16 or o.dtype != torch.bfloat16
+            or not supported(x.device, hidden, inter, q_rows or t.bn_q, t)):
+        return reference(attn, x, o, gate_up, down, qkv, eps)
+    attn, x = attn.contiguous(), x.contiguous()
+    h_out = torch.empty(m, hidden, dtype=x.dtype, device=x.device)
+    g_out = torch.empty(m, inter, dtype=x.dtype, device=x.device)
+    x_out = torch.empty(m, hidden, dtype=x.dtype, device=x.device)
+    q_out = torch.empty(m, q_rows, dtype=x.dtype, device=x.device)
+    sq_h = torch.empty(hidden // t.bn_o, ROWS, dtype=torch.float32, device=x.device)
+    sq_x = torch.empty(hidden // t.bn_d, ROWS, dtype=torch.float32, device=x.device)
+    wo, wgu, wd = (_descriptor(o, t.bn_o, t.bk, True), _descriptor(gate_up, t.bn_gu, t.bk, True),
+                   _descriptor(down, t.bn_d, t.bk, True))
+    wq = _descriptor(qkv, t.bn_q, t.bk, True) if qkv is not None else wo
+    xa, xh, xg, xn = (_descriptor(v, ROWS, t.bk) for v in (attn, h_out, g_out, x_out))
+    kern.layer_chain[(_programs(x.device),)](
+        wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
+        state[0:1], state[1:2], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
+        BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0, DIAG=diag,
+        num_warps=4, launch_pdl=True)
+    return x_out, q_out
+
+
+def _register() -> None:
+    @torch.library.custom_op("yue2::layer_chain", mutates_args=("state",))
+    def _op(attn: torch.Tensor, x: torch.Tensor, o: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
+            qkv: torch.Tensor | None, eps: float, state: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        out, nxt = reference(attn, x, o, gate_up, down, qkv, eps)
+        return out, nxt
+
+    _op.register_kernel("cuda")(_launch)
+
+    @_op.register_fake
+    def _(attn, x, o, gate_up, down, qkv, eps, state):
+        return x.new_empty(x.shape), x.new_empty(len(x), qkv.shape[0] if qkv is not None else 0)
+
+
+_register()
