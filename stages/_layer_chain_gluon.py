@@ -127,36 +127,55 @@ def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.
         j = _activations(xn, xs, xfull, xempty, j, pid, Q, H, BN_Q, BK, XSTAGES, G)
 
 
+# ---- the signal warp -------------------------------------------------------------------------------------------
+
+@gluon.jit
+def _factor(sq, fac, M, eps, K: gl.constexpr, TILES: gl.constexpr):
+    """Each row's rsqrt(mean(x²) + eps) from the [TILES, 32] partial sums of squares the product before wrote
+    (one per output tile, summed in tile order: deterministic, and a row's own numbers only) → fac[0:32]."""
+    pl: gl.constexpr = gl.BlockedLayout([1, 1], [32, 1], [1, 1], [0, 1])
+    r = gl.arange(0, ROWS, layout=gl.SliceLayout(1, pl))
+    total = gl.zeros([ROWS], gl.float32, gl.SliceLayout(1, pl))
+    for c in gl.static_range(TILES // 16):
+        t = c * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, pl))
+        total += gl.sum(gl.load(sq + t[None, :] * ROWS + r[:, None], mask=(r < M)[:, None] & (t < TILES)[None, :],
+                                other=0.0), axis=1)
+    fac.slice(0, ROWS).store(gl.rsqrt(total / K + eps))
+    gl.thread_barrier()                     # every lane's factor is in shared memory before the arrive
+
+
+@gluon.jit
+def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.constexpr, BN_O: gl.constexpr,
+                BN_D: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
+    """Waits (acquire) for each product to be finished by every program, computes the norm factors the next
+    product needs, then arrives on that product's `ready` barrier: the consumer's plain loads of other programs'
+    outputs (the residual, the factors) come after it, with no global round trip of the consumer's own."""
+    _wait_counter(counter, err, G)
+    _factor(sq_h, fac_h, M, eps, H, H // BN_O)
+    mbarrier.arrive(ready.index(1))
+    _wait_counter(counter, err, 2 * G)
+    mbarrier.arrive(ready.index(2))
+    if NEXT:
+        _wait_counter(counter, err, 3 * G)
+        _factor(sq_x, fac_x, M, eps, H, H // BN_D)
+        mbarrier.arrive(ready.index(3))
+
+
 # ---- the consumer warpgroup ------------------------------------------------------------------------------------
 
 @gluon.jit
-def _row_factor(sq_in, M, eps, K: gl.constexpr, TILES: gl.constexpr, mma: gl.constexpr):
-    """rsqrt(mean(x²) + eps) per row, from the [TILES, 32] partial sums of squares the product before wrote (one
-    per output tile, summed here in tile order: deterministic, and a row's own numbers only)."""
-    pl: gl.constexpr = gl.BlockedLayout([1, 4], [1, 32], [4, 1], [1, 0])
-    r = gl.arange(0, 64, layout=gl.SliceLayout(1, pl))
-    t = gl.arange(0, TILES, layout=gl.SliceLayout(0, pl))
-    parts = gl.load(sq_in + t[None, :] * ROWS + r[:, None], mask=(r < M)[:, None] & (t < TILES)[None, :], other=0.0)
-    return gl.convert_layout(gl.rsqrt(gl.sum(parts, axis=1) / K + eps), gl.SliceLayout(1, mma))
-
-
-@gluon.jit
-def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, sq_in, sq_out, M, eps,
+def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, sq_out, ready, fac, M,
              N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr, NORM: gl.constexpr, ADD: gl.constexpr,
-             IN_TILES: gl.constexpr, SQ: gl.constexpr, DIAG: gl.constexpr = 0):
+             SQ: gl.constexpr, WAIT: gl.constexpr, DIAG: gl.constexpr = 0):
     """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
-    the row factor of the folded RMSNorm, from the IN_TILES partial sums at sq_in; PAIR: SiLU(gate)·up from the
-    tile's two halves; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out."""
+    the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's two
+    halves; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT: the epilogue
+    reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first."""
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
     c = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
     rows = (r < M)[:, None] & (c < BN)[None, :]
-    if NORM:
-        if DIAG & 1:
-            factor = gl.full([64], 1.0, gl.float32, gl.SliceLayout(1, mma))[:, None]
-        else:
-            factor = _row_factor(sq_in, M, eps, K, IN_TILES, mma)[:, None]
     for tile in range(pid, N // BN, G):
         acc = gl.zeros([64, BN], gl.float32, mma)
         acc2 = gl.zeros([64, BN], gl.float32, mma)
@@ -185,7 +204,10 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
         mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES))
 
         offs = r[:, None] * N + (tile * BN + c)[None, :]
-        if NORM:
+        if WAIT and (DIAG & 2) == 0:
+            mbarrier.wait(ready, 0)
+        if NORM and (DIAG & 1) == 0:
+            factor = fac.load(gl.SliceLayout(1, mma))[:, None]
             acc = acc * factor
             acc2 = acc2 * factor
         y = acc.to(gl.bfloat16)
@@ -215,35 +237,27 @@ def _done(counter, i, TOTAL: gl.constexpr):
 
 
 @gluon.jit
-def consumer(xs, xfull, xempty, ring, full, empty, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M,
-             eps, pid,
-             H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
-             BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
+             counter, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
+             BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, DIAG: gl.constexpr):
     TOTAL: gl.constexpr = (4 if NEXT else 3) * G
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
     _asm_zero(i, "griddepcontrol.launch_dependents;")
-    # plain loads of what other programs stored (the sums of squares, the o output) come after an acquire
-    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, sq_h, M, eps, H, H, BN_O,
-                    BK, STAGES, XSTAGES, G, False, False, True, 1, True, DIAG)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
+                    H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False, DIAG)
     _done(counter, i, TOTAL)
-    if (DIAG & 2) == 0:
-        _wait_counter(counter, err, G)
-    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, sq_h, M, eps, I, H, BN_GU,
-                    BK, STAGES, XSTAGES, G, True, True, False, H // BN_O, False, DIAG)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
+                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True, DIAG)
     _done(counter, i, TOTAL)
-    if (DIAG & 2) == 0:
-        _wait_counter(counter, err, 2 * G)
-    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, sq_x, M, eps, H, I, BN_D,
-                    BK, STAGES, XSTAGES, G, False, False, True, 1, NEXT, DIAG)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
+                    H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True, DIAG)
     _done(counter, i, TOTAL)
     if NEXT:
-        if (DIAG & 2) == 0:
-            _wait_counter(counter, err, 3 * G)
-        i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, sq_x, M, eps, Q, H,
-                        BN_Q, BK, STAGES, XSTAGES, G, False, True, False, H // BN_D, False, DIAG)
+        i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, ready.index(3), fac_x,
+                        M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True, DIAG)
         _done(counter, i, TOTAL)
 
 
@@ -263,6 +277,10 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
                                                                                                        gl.bfloat16))
     xs = gl.allocate_shared_memory(gl.bfloat16, [XSTAGES, 64, BK],
                                    gl.NVMMASharedLayout.get_default_for([64, BK], gl.bfloat16))
+    fac: gl.constexpr = gl.SwizzledSharedLayout(1, 1, 1, [0])
+    fac_h = gl.allocate_shared_memory(gl.float32, [64], fac)    # the norm factors of gate/up's and q/k/v's rows;
+    fac_x = gl.allocate_shared_memory(gl.float32, [64], fac)    # rows 32-63 (the MMA's padding) stay zero
+    ready = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
@@ -273,15 +291,21 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     for s in gl.static_range(XSTAGES):
         mbarrier.init(xfull.index(s), count=1)
         mbarrier.init(xempty.index(s), count=1)
+    for s in gl.static_range(4):
+        mbarrier.init(ready.index(s), count=1)
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    fac_h.store(gl.zeros([64], gl.float32, flat))
+    fac_x.store(gl.zeros([64], gl.float32, flat))
     zero: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     for s in gl.static_range(XSTAGES):      # rows 32-63 stay zero: TMA fills rows 0-31 only
         xs.index(s).store(gl.zeros([64, BK], gl.bfloat16, zero))
     fence_async_shared()
     gl.warp_specialize([
-        (consumer, (xs, xfull, xempty, ring, full, empty, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err,
-                    M, eps, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, DIAG)),
+        (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
+                    sq_x, counter, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, DIAG)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
                            BK, XSTAGES, G, NEXT)),
-    ], [1, 1], [40, 40])
+        (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
+    ], [1, 1, 1], [40, 40, 80])

@@ -27,9 +27,9 @@ class ChainTiling:
     """Rows of weight per tile for each product (gate/up: this many gate rows and as many up rows), the depth of a
     weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows and an activation slot 64 rows (the
     MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128."""
-    bn_o: int = 16
+    bn_o: int = 32
     bn_gu: int = 16
-    bn_d: int = 16
+    bn_d: int = 32
     bn_q: int = 32
     bk: int = 128
     stages: int = 12

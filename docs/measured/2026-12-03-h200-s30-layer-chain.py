@@ -91,12 +91,12 @@ def kernel_level() -> None:
     print(f"separate launches (skinny GEMMs, engine tiles): {us:.2f} µs per layer ({nbytes / us / 1e6:.2f} TB/s)",
           flush=True)
     tilings = [layer_chain.TILING] + [replace(layer_chain.TILING, **kw) for kw in (
-        dict(bn_o=32, bn_d=32), dict(bn_o=32), dict(bn_d=32), dict(stages=14), dict(stages=16, xstages=5),
+        dict(bn_o=16, bn_d=16), dict(bn_o=16), dict(bn_d=16), dict(stages=14), dict(stages=16, xstages=5),
         dict(stages=10, xstages=8), dict(bn_q=16), dict(stages=8, xstages=4))]
     if "--diag" in sys.argv:    # timing-only variants: what each part of the epilogue and the waits costs
-        tilings = [(t, d) for t in (replace(layer_chain.TILING, bn_o=32, bn_d=32),) for d in (0, 1, 2, 4, 7)]
-        tilings += [(replace(layer_chain.TILING, bn_o=32, bn_d=32, xstages=8), 0),
-                    (replace(layer_chain.TILING, bn_o=32, bn_d=32, stages=16, xstages=4), 0)]
+        tilings = [(layer_chain.TILING, d) for d in (0, 1, 2, 4, 7)]
+        tilings += [(replace(layer_chain.TILING, xstages=8), 0), (replace(layer_chain.TILING, stages=16, xstages=4), 0),
+                    (replace(layer_chain.TILING, bn_o=16, bn_d=16), 0)]
     else:
         tilings = [(t, 0) for t in tilings]
     for t, diag in tilings:
