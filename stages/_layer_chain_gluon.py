@@ -139,7 +139,7 @@ def _factor(sq, fac, M, eps, K: gl.constexpr, TILES: gl.constexpr):
     for c in gl.static_range(TILES // 16):
         t = c * 16 + gl.arange(0, 16, layout=gl.SliceLayout(0, pl))
         total += gl.sum(gl.load(sq + t[None, :] * ROWS + r[:, None], mask=(r < M)[:, None] & (t < TILES)[None, :],
-                                other=0.0), axis=1)
+                                other=0.0, cache_modifier=".cg"), axis=1)
     fac.slice(0, ROWS).store(gl.rsqrt(total / K + eps))
     gl.thread_barrier()                     # every lane's factor is in shared memory before the arrive
 
@@ -212,7 +212,7 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
             acc2 = acc2 * factor
         y = acc.to(gl.bfloat16)
         if ADD and (DIAG & 4) == 0:     # residual + x·Wᵀ, the product rounded first
-            res = gl.load(res_ptr + offs, mask=rows, other=0.0)
+            res = gl.load(res_ptr + offs, mask=rows, other=0.0, cache_modifier=".cg")   # L2: another SM wrote it
             y = (y.to(gl.float32) + res.to(gl.float32)).to(gl.bfloat16)
         if PAIR:    # SiLU(gate) · up, each rounded as the unfused ops round
             gate = y.to(gl.float32)

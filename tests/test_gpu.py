@@ -185,6 +185,44 @@ def test_skinny_gemm_matches_cublas_and_is_row_invariant(n, k, epilogue, eps):
     assert torch.equal(run(x[:1], None if res is None else res[:1])[0], got[0])
 
 
+def test_layer_chain_matches_the_separate_products_and_is_row_invariant():
+    """The chained o → gate/up → down → next q/k/v kernel (layer_chain.py) on the yue2-3b shapes: as close to an
+    FP32 chain as the separate skinny GEMMs are, bitwise repeatable, a row's result independent of the other rows
+    (and of how many there are), and no grid barrier timed out."""
+    from stages import layer_chain, skinny_gemm as sg
+
+    if not layer_chain.supported(torch.device("cuda"), 2048, 6144, 4096):
+        pytest.skip("the chain kernel needs Hopper (sm_90)")
+    g = torch.Generator(device="cuda").manual_seed(5)
+    h, i, q, eps = 2048, 6144, 4096, 1e-6
+
+    def w(rows, k):
+        return (torch.randn(rows, k, device="cuda", generator=g) * k ** -0.5).bfloat16()
+    o, gate_up, down, qkv = w(h, h), w(2 * i, h), w(h, i), w(q, h)
+    a, x = (torch.randn(32, h, device="cuda", generator=g).bfloat16() for _ in range(2))
+    state = layer_chain.words(torch.device("cuda"))
+    got = layer_chain.chain(a, x, o, gate_up, down, qkv, eps, state)
+    mid = sg.linear(a, o, "add", x)
+    out = sg.linear(sg.linear(mid, gate_up, "silu_mul", None, eps), down, "add", mid)
+    separate = (out, sg.linear(out, qkv, "none", None, eps))
+    f = [t.float() for t in (a, x, o, gate_up, down, qkv)]
+    mid32 = f[1] + f[0] @ f[2].T
+    gu = (mid32 * torch.rsqrt(mid32.pow(2).mean(-1, keepdim=True) + eps)) @ f[3].T
+    out32 = mid32 + (torch.nn.functional.silu(gu[:, :i]) * gu[:, i:]) @ f[4].T
+    fp32 = (out32, (out32 * torch.rsqrt(out32.pow(2).mean(-1, keepdim=True) + eps)) @ f[5].T)
+    for c, s, r in zip(got, separate, fp32):
+        assert (c.float() - r).abs().max() <= 1.25 * (s.float() - r).abs().max() + 1e-3
+    assert all(torch.equal(c, d) for c, d in zip(got, layer_chain.chain(a, x, o, gate_up, down, qkv, eps, state)))
+    a2, x2 = torch.randn_like(a), torch.randn_like(x)
+    a2[3], x2[3] = a[3], x[3]
+    mixed = layer_chain.chain(a2, x2, o, gate_up, down, qkv, eps, state)
+    alone = layer_chain.chain(a[3:4].clone(), x[3:4].clone(), o, gate_up, down, qkv, eps, state)
+    last, empty = layer_chain.chain(a, x, o, gate_up, down, None, eps, state)
+    assert all(torch.equal(c[3], m[3]) and torch.equal(c[3], s[0]) for c, m, s in zip(got, mixed, alone))
+    assert torch.equal(last, got[0]) and empty.shape == (32, 0)
+    assert int(state[1]) == 0 and int(state[0]) == 0
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
 @pytest.mark.parametrize("n,k,epilogue", [(4096, 2048, "none"), (2048, 2048, "add"), (6144, 2048, "silu_mul"),
                                           (2048, 6144, "add")])
