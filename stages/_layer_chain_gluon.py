@@ -24,7 +24,7 @@ instead, in every tile, made the chain slower than separate launches: 58 against
 Programmatic dependent launch: the kernel may start while the attention kernels before it run. The weight warp
 starts at once (weights are never written); the activation warp and the consumer first wait for the kernel
 before (griddepcontrol.wait), which transitively covers every earlier kernel of the step. The counter is reset by
-the program that makes the last increment, so the next chain finds it at zero.
+the last program to leave (every one of its warps past its last wait), so the next chain finds it at zero.
 Measured in docs/measured/2026-12-02-cpu-s29-gluon-stream.py and 2026-12-03-*-layer-chain-* (docs/benchmarks.md).
 """
 from triton.experimental import gluon
@@ -116,7 +116,7 @@ def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.
                     BN_Q: gl.constexpr, BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr,
                     NEXT: gl.constexpr):
     j = pid * 0
-    _wait_kernel_before(j)
+    _asm_zero(_wait_kernel_before(j), "fence.proxy.async.global;")    # TMA reads what the kernel before stored
     j = _activations(xa, xs, xfull, xempty, j, pid, H, H, BN_O, BK, XSTAGES, G)
     _wait_counter(counter, err, G)
     j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
@@ -149,7 +149,8 @@ def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.con
                 BN_D: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     """Waits (acquire) for each product to be finished by every program, computes the norm factors the next
     product needs, then arrives on that product's `ready` barrier: the consumer's plain loads of other programs'
-    outputs (the residual, the factors) come after it, with no global round trip of the consumer's own."""
+    outputs (the factors) come after it, with no global round trip of the consumer's own."""
+    _wait_kernel_before(G * 0)
     _wait_counter(counter, err, G)
     _factor(sq_h, fac_h, M, eps, H, H // BN_O)
     mbarrier.arrive(ready.index(1))
@@ -226,39 +227,36 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
 
 
 @gluon.jit
-def _done(counter, i, TOTAL: gl.constexpr):
-    """This program's part of a product is stored: count it (release). The last count of the chain resets the
-    counter for the next launch."""
+def _done(counter, i):
+    """This program's part of a product is stored: count it (release)."""
     gl.thread_barrier()                     # every thread's stores are issued before the release
     _asm_zero(i, "fence.proxy.async.global;")
-    old = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if old == TOTAL - 1:
-        gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+    gl.atomic_add(counter, 1, sem="release", scope="gpu")
 
 
 @gluon.jit
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
-             counter, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
+             counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, DIAG: gl.constexpr):
-    TOTAL: gl.constexpr = (4 if NEXT else 3) * G
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
     _asm_zero(i, "griddepcontrol.launch_dependents;")
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
                     H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False, DIAG)
-    _done(counter, i, TOTAL)
+    _done(counter, i)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
                     I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True, DIAG)
-    _done(counter, i, TOTAL)
+    _done(counter, i)
+    _wait_counter(counter, err, 2 * G)      # the down epilogue reads other programs' o output with plain loads
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
                     H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True, DIAG)
-    _done(counter, i, TOTAL)
+    _done(counter, i)
     if NEXT:
         i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, ready.index(3), fac_x,
                         M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True, DIAG)
-        _done(counter, i, TOTAL)
+        _done(counter, i)
 
 
 @gluon.jit
@@ -302,10 +300,15 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, DIAG)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, DIAG)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
                            BK, XSTAGES, G, NEXT)),
         (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
     ], [1, 1, 1], [40, 40, 80])
+    # every warp of this program is past its last wait: count that, and the last program to leave resets the
+    # counter for the next launch (no program can still be waiting on it then)
+    old = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
+    if old == (5 if NEXT else 4) * G - 1:
+        gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
