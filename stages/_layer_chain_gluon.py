@@ -3,16 +3,19 @@ products that follow a layer's attention in the AR decode step — o (+ residual
 SiLU(gate)·up), down (+ residual) and the next layer's q/k/v (+ the folded RMSNorm).
 
 Why one launch: at a step's 32 rows each product only reads its weight, and separate kernels each pay a start and a
-drain that the weight stream does not cover (docs/ar-engine.md). Here every program (one per SM) has three roles:
+drain that the weight stream does not cover (docs/ar-engine.md). Here every program (one per SM) has four roles:
 - a *weight* warp walks every weight tile this program multiplies, for all four products in order, and copies
   each [BN, BK] piece with TMA into a ring of STAGES slots. It waits only for a free slot, never for the other
   programs, so the next product's weights are on their way while the grid waits for the product before;
 - an *activation* warp waits until every program has finished the product whose output is the next one's input
   (a grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a ring of XSTAGES
   slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
+- a *signal* warp waits for the same counts, computes the norm factors the next product needs into shared memory
+  and arrives on that product's `ready` barrier, so the consumer gets them without a global round trip;
 - the *consumer* warpgroup multiplies acc[64, BN] += x[64, BK] · w[BN, BK]ᵀ, runs the epilogue with the rounding
   of the unfused ops (skinny_gemm.reference), stores its tile, and after a product's last tile adds one to the
-  counter with release semantics.
+  counter with release semantics. Before the down product it acquires the counter itself: its epilogue adds the
+  o output, which other programs stored, with plain loads (from L2).
 A product's tiles are dealt round robin to the programs; every tile spans the whole of K, so no sum crosses
 programs and a row's numbers depend only on its own inputs (batch invariance). The gate/up tile is BN_GU gate
 rows and the same BN_GU up rows in one ring slot (two TMA copies), so SiLU(gate)·up is done in registers.
@@ -22,8 +25,8 @@ their FP32 products by it, as `skinny_gemm` does for a folded norm. (Summing x²
 instead, in every tile, made the chain slower than separate launches: 58 against 44 µs per layer.)
 
 Programmatic dependent launch: the kernel may start while the attention kernels before it run. The weight warp
-starts at once (weights are never written); the activation warp and the consumer first wait for the kernel
-before (griddepcontrol.wait), which transitively covers every earlier kernel of the step. The counter is reset by
+starts at once (weights are never written); the other three first wait for the kernel before
+(griddepcontrol.wait), which transitively covers every earlier kernel of the step. The counter is reset by
 the last program to leave (every one of its warps past its last wait), so the next chain finds it at zero.
 Measured in docs/measured/2026-12-02-cpu-s29-gluon-stream.py and 2026-12-03-*-layer-chain-* (docs/benchmarks.md).
 """
@@ -168,7 +171,7 @@ def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.con
 def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, sq_out, ready, fac, M,
              N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr, NORM: gl.constexpr, ADD: gl.constexpr,
-             SQ: gl.constexpr, WAIT: gl.constexpr, DIAG: gl.constexpr = 0):
+             SQ: gl.constexpr, WAIT: gl.constexpr):
     """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
     the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's two
     halves; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT: the epilogue
@@ -205,14 +208,14 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
         mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES))
 
         offs = r[:, None] * N + (tile * BN + c)[None, :]
-        if WAIT and (DIAG & 2) == 0:
+        if WAIT:
             mbarrier.wait(ready, 0)
-        if NORM and (DIAG & 1) == 0:
+        if NORM:
             factor = fac.load(gl.SliceLayout(1, mma))[:, None]
             acc = acc * factor
             acc2 = acc2 * factor
         y = acc.to(gl.bfloat16)
-        if ADD and (DIAG & 4) == 0:     # residual + x·Wᵀ, the product rounded first
+        if ADD:     # residual + x·Wᵀ, the product rounded first
             res = gl.load(res_ptr + offs, mask=rows, other=0.0, cache_modifier=".cg")   # L2: another SM wrote it
             y = (y.to(gl.float32) + res.to(gl.float32)).to(gl.bfloat16)
         if PAIR:    # SiLU(gate) · up, each rounded as the unfused ops round
@@ -220,7 +223,7 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
             silu = (gate * (1.0 / (1.0 + gl.exp(-gate)))).to(gl.bfloat16)
             y = (silu.to(gl.float32) * acc2.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16)
         gl.store(out_ptr + offs, y, mask=rows)
-        if SQ and (DIAG & 4) == 0:      # the next product's norm: this tile's share of each row's sum of squares, as stored
+        if SQ:      # the next product's norm: this tile's share of each row's sum of squares
             yf = y.to(gl.float32)
             gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)
     return i, j
@@ -238,24 +241,24 @@ def _done(counter, i):
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
              counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, DIAG: gl.constexpr):
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
     _asm_zero(i, "griddepcontrol.launch_dependents;")
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
-                    H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False, DIAG)
+                    H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
     _done(counter, i)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
-                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True, DIAG)
+                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True)
     _done(counter, i)
     _wait_counter(counter, err, 2 * G)      # the down epilogue reads other programs' o output with plain loads
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
-                    H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True, DIAG)
+                    H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True)
     _done(counter, i)
     if NEXT:
         i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, ready.index(3), fac_x,
-                        M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True, DIAG)
+                        M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True)
         _done(counter, i)
 
 
@@ -263,13 +266,14 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, DIAG: gl.constexpr = 0):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [BN_GU, BK] over the [2I, H] gate-then-up matrix); xa/xh/xg/xn: TMA descriptors (blocks [32, BK]) of the
     attention output, the o output, the SiLU·up output and the down output; a_res: the residual the o product
     adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32], sq_x
     [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up and
-    q/k/v); counter, err: int32 words (zero at launch; err counts spins that gave up). NEXT: the q/k/v product of the next layer runs too."""
+    q/k/v); counter, err: int32 words (zero at launch; err counts spins that gave up). NEXT: the next layer's
+    q/k/v product runs too."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -300,7 +304,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, DIAG)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,

@@ -106,7 +106,7 @@ def _programs(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling = TILING, diag: int = 0):
+def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling = TILING):
     from . import _layer_chain_gluon as kern
 
     m, hidden = x.shape
@@ -129,7 +129,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling = TILING,
     kern.layer_chain[(_programs(x.device),)](
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[0:1], state[1:2], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
-        BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0, DIAG=diag,
+        BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0,
         num_warps=4, launch_pdl=True)
     return x_out, q_out
 
