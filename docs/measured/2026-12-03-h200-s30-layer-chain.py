@@ -8,6 +8,8 @@ Gluon launch (stages/layer_chain.py) against the same four products as separate 
 2. The whole step (`--engine`): the engine with and without the chain on one loaded model, forced-length requests,
    ms per step at 1 row (three contexts) and 12 and 24 rows; batch invariance and the teacher-forced numerics of
    the chained engine.
+--diag adds timing-only variants that leave out parts of the kernel (the DIAG flags of commits ed6e5d3 to a6725aa,
+taken out again in 9cf0be7: 1 no norm factor, 2 no wait for the signal warp, 4 no residual and no sums of squares).
 Run from the repository root on the GPU machine (after `farm init-checkpoint out/ck --config yue2-3b --device cuda`
 for --engine): python docs/measured/2026-12-03-h200-s30-layer-chain.py [--engine] [--kernel]"""
 import pathlib
@@ -104,7 +106,7 @@ def kernel_level() -> None:
             x = x0
             for layer in range(L):
                 x, _ = layer_chain._launch(a, x, layers[layer]["o"], layers[layer]["gu"], layers[layer]["d"],
-                                           layers[layer + 1]["q"], EPS, state, t, diag)
+                                           layers[layer + 1]["q"], EPS, state, t, *((diag,) if diag else ()))
         try:
             us = _time_graph(run_chain) / L * 1e6
             print(f"chain {t} diag {diag}: {us:.2f} µs per layer ({nbytes / us / 1e6:.2f} TB/s); barrier errors "
