@@ -11,6 +11,11 @@ rounding the separate ops have (`step_weights.folded_tail` and `folded_head`), s
 the same ids on the CPU as one without. On the GPU the kernels differ from the skinny GEMMs in summation order
 only; every tile spans all of K and a row depends only on its own inputs (batch invariance).
 Weights are the step's folded ones (`step_weights.for_format(model, "bf16")`).
+
+Status (docs/ar-engine.md, "The layer chain"): on an H200 the kernel alone is right (as close to FP32 as the
+separate products, bitwise repeatable, row-invariant) and the engine's one-row step is 6 % faster with it, but the
+chained engine does not yet draw the same ids for a request alone and batched, so `AREngine(chain=True)` is opt-in
+and nothing in the farm sets it.
 """
 from __future__ import annotations
 
