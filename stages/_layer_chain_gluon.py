@@ -35,7 +35,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
                                                                warpgroup_mma_wait)
 
-ROWS = gl.constexpr(32)     # the step's slots; the MMA's M is 64, rows 32-63 zero
+ROWS = gl.constexpr(32)     # skinny_gemm.MAX_ROWS, the step's slots; the MMA's M is 64, rows 32-63 zero
 
 
 @gluon.jit

@@ -42,7 +42,7 @@ class ChainTiling:
 
 
 TILING = ChainTiling()
-ROWS = 32
+ROWS = skinny_gemm.MAX_ROWS      # the step's slots: the activation tiles' rows
 
 
 def reference(attn: torch.Tensor, x: torch.Tensor, o: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
@@ -60,11 +60,10 @@ def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: in
     """The kernel runs on Hopper (sm_90: warpgroup MMA and TMA) with Gluon, for shapes its tiles divide."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0) or not _gluon():
         return False
-    def power_of_two(n):
-        return n > 0 and n & (n - 1) == 0
+    partial_sums = (hidden // t.bn_o, hidden // t.bn_d)     # the norms' partial sums: a power of two each
     return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
             and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
-            and t.bn_gu <= 16 and power_of_two(hidden // t.bn_o) and power_of_two(hidden // t.bn_d))
+            and t.bn_gu <= 16 and all(n & (n - 1) == 0 for n in partial_sums))
 
 
 @functools.cache
