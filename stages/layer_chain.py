@@ -31,7 +31,9 @@ from . import skinny_gemm
 class ChainTiling:
     """Rows of weight per tile for each product (gate/up: this many gate rows and as many up rows), the depth of a
     weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows and an activation slot 64 rows (the
-    MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128."""
+    MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap the
+    kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that kernel
+    has finished (both are what made the engine's step faster; docs/ar-engine.md)."""
     bn_o: int = 32
     bn_gu: int = 16
     bn_d: int = 32
@@ -39,6 +41,8 @@ class ChainTiling:
     bk: int = 128
     stages: int = 12
     xstages: int = 6
+    pdl: bool = True
+    early_weights: bool = True
 
 
 TILING = ChainTiling()
@@ -110,9 +114,10 @@ def _programs(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling = TILING):
+def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = None):
     from . import _layer_chain_gluon as kern
 
+    t = t or TILING        # read at each call, so a probe can set the module's TILING between engines
     m, hidden = x.shape
     inter = down.shape[1]
     q_rows = qkv.shape[0] if qkv is not None else 0
@@ -134,7 +139,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling = TILING)
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[0:1], state[1:2], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0,
-        num_warps=4, launch_pdl=True)
+        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 
 

@@ -24,6 +24,7 @@ def test_bench_ar_reports_points_invariance_numerics_and_summary(tiny_ckpt_dir, 
     assert [(x["scenario"], x["rows"]) for x in data["rows"]] == [
         (s, n) for s in ("prompt-450", "plan-ref", "semantic-ref") for n in (1, 3)]
     assert data["invariance"]["identical"]
+    assert data["invariance"]["first_difference"] == {"inv-plan": None, "inv-sem-a": None, "inv-sem-b": None}
     # where the step's time goes: the fewest rows at the prompt, the most at the semantic context
     assert [(p["rows"], p["kind"]) for p in data["profiles"]] == [(1, "plan"), (3, "semantic")]
     assert all(p["kernels_us"] > 0 and p["steps"] == 3 * 16 for p in data["profiles"])

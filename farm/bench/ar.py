@@ -16,6 +16,8 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
+
 from .profile import print_profile, profile_step
 from .song import environment
 
@@ -147,12 +149,16 @@ def batch_invariance(engine, cfg) -> dict:
                 bench_request(cfg, "inv-sem-a", min(700, short), "semantic", 80, 2),
                 bench_request(cfg, "inv-sem-b", min(500, short), "semantic", 112, 3)]
     together = {r.key: r.ids for r in engine.generate(requests)}
-    equal = {}
+    equal, first = {}, {}
     for shift, r in enumerate(requests):
         engine.free_slots.rotate(5 + shift)
         (alone,) = engine.generate([r])
         equal[r.key] = bool((alone.ids == together[r.key]).all()) and len(alone.ids) == len(together[r.key])
-    return {"identical": all(equal.values()), "per_request": equal}
+        n = min(len(alone.ids), len(together[r.key]))
+        differ = np.flatnonzero(alone.ids[:n] != together[r.key][:n])
+        first[r.key] = None if equal[r.key] else int(differ[0]) if len(differ) else n
+    # the first token that differs says a systematic difference (early) from a rare race (late)
+    return {"identical": all(equal.values()), "per_request": equal, "first_difference": first}
 
 
 def kernel_vs_sdpa(engine, cfg) -> dict:
@@ -325,7 +331,8 @@ def print_report(r: dict) -> None:
     console.print(table)
     inv = r["invariance"]
     console.print(f"batch invariance (3 requests alone, in other slots, vs together): "
-                  f"{'identical ids' if inv['identical'] else 'DIFFERENT ids'} {inv['per_request']}")
+                  f"{'identical ids' if inv['identical'] else 'DIFFERENT ids'} {inv['per_request']}"
+                  + ("" if inv["identical"] else f", first differing token {inv['first_difference']}"))
     if r["kernel"]:
         k = r["kernel"]
         console.print(f"decode attention, {k['rows']} rows × {k['context']} keys, one layer: paged kernel "
