@@ -244,11 +244,12 @@ def _done(counter, i):
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
              counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, TRIGGER: gl.constexpr):
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
-    _asm_zero(i, "griddepcontrol.launch_dependents;")
+    if TRIGGER:                             # the kernel after may launch now (it waits for this one to finish)
+        _asm_zero(i, "griddepcontrol.launch_dependents;")
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
                     H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
     _done(counter, i)
@@ -269,14 +270,16 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
+                TRIGGER: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [BN_GU, BK] over the [2I, H] gate-then-up matrix); xa/xh/xg/xn: TMA descriptors (blocks [32, BK]) of the
     attention output, the o output, the SiLU·up output and the down output; a_res: the residual the o product
     adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32], sq_x
     [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up and
     q/k/v); counter, err: int32 words (zero at launch; err counts spins that gave up). NEXT: the next layer's
-    q/k/v product runs too. EARLY: the weight warp starts before the kernel before has finished."""
+    q/k/v product runs too. EARLY: the weight warp starts before the kernel before has finished. TRIGGER: the kernel
+    after may launch as soon as every program has started (else when this one ends)."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -307,7 +310,8 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT,
+                    TRIGGER)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT, EARLY)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,

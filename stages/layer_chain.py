@@ -33,7 +33,8 @@ class ChainTiling:
     weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows and an activation slot 64 rows (the
     MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap the
     kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that kernel
-    has finished (both are what made the engine's step faster; docs/ar-engine.md)."""
+    has finished (both are what made the engine's step faster; docs/ar-engine.md); `trigger_early`: the kernel after
+    may launch as soon as every program has started, not only when the chain ends."""
     bn_o: int = 32
     bn_gu: int = 16
     bn_d: int = 32
@@ -43,6 +44,7 @@ class ChainTiling:
     xstages: int = 6
     pdl: bool = True
     early_weights: bool = True
+    trigger_early: bool = True
 
 
 TILING = ChainTiling()
@@ -139,7 +141,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[0:1], state[1:2], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0,
-        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
+        EARLY=t.early_weights, TRIGGER=t.trigger_early, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 
 

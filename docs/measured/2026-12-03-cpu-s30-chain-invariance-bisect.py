@@ -8,7 +8,10 @@ For each variant a fresh chained engine on one loaded model, and the unchained e
 - determinism: the same three requests together twice, the ids compared;
 - ms per step at one row of the 450-token prompt (forced lengths).
 Variants (ChainTiling fields): the kernel as landed; the weight warp waiting for the kernel before
-(`early_weights=False`); the chain launched without programmatic dependent launch (`pdl=False`); both.
+(`early_weights=False`); the chain launched without programmatic dependent launch (`pdl=False`); both; the kernel
+after launched only when the chain ends (`trigger_early=False`, added in session s31); no PDL either way; and the
+landed kernel in an engine without CUDA graphs or torch.compile (eager launches).
+`python … [N …]` runs only the variants of those indices (0 = the control).
 Run from the repository root on the GPU machine after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
 python docs/measured/2026-12-03-cpu-s30-chain-invariance-bisect.py"""
 import pathlib
@@ -34,17 +37,22 @@ def main() -> None:
     net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device="cuda")
     kv_token = token_bytes(cfg.model, torch.bfloat16)
     landed = layer_chain.TILING
-    variants = [("separate (control)", None), ("chain as landed", landed),
-                ("chain, weights after the kernel before", replace(landed, early_weights=False)),
-                ("chain without PDL", replace(landed, pdl=False)),
-                ("chain without PDL, weights after", replace(landed, pdl=False, early_weights=False))]
+    variants = [("separate (control)", None, True), ("chain as landed", landed, True),
+                ("chain, weights after the kernel before", replace(landed, early_weights=False), True),
+                ("chain without PDL", replace(landed, pdl=False), True),
+                ("chain without PDL, weights after", replace(landed, pdl=False, early_weights=False), True),
+                ("chain, the kernel after launched at its end", replace(landed, trigger_early=False), True),
+                ("chain, no PDL either way", replace(landed, pdl=False, early_weights=False, trigger_early=False), True),
+                ("chain as landed, eager (no graphs, no compile)", landed, False)]
+    if len(sys.argv) > 1:
+        variants = [variants[int(i)] for i in sys.argv[1:]]
     short = cfg.model.context // 8            # tiny (a CPU smoke run of this script): 64
     requests = [bench_request(cfg, f"det-{i}", min(300 + 200 * i, short), kind, 96, 7 + i)
                 for i, kind in enumerate(("plan", "semantic", "semantic"))]
-    for name, tiling in variants:
+    for name, tiling, graphs in variants:
         if tiling is not None:
             layer_chain.TILING = tiling           # read by each launch, so captured into this engine's graphs
-        engine = AREngine(net, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=True, compile=True,
+        engine = AREngine(net, cfg.tokens, kv_tokens=8 * cfg.model.context, cuda_graphs=graphs, compile=graphs,
                           chain=tiling is not None)
         checks = [batch_invariance(engine, cfg) for _ in range(2)]
         first, second = ({r.key: r.ids for r in engine.generate(requests)} for _ in range(2))
