@@ -8,15 +8,19 @@ drain that the weight stream does not cover (docs/ar-engine.md). Here every prog
   each [BN, BK] piece with TMA into a ring of STAGES slots. It waits only for a free slot, never for the other
   programs, so the next product's weights are on their way while the grid waits for the product before;
 - an *activation* warp waits until every program has finished the product whose output is the next one's input
-  (a grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a ring of XSTAGES
+  (that product's grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a ring of XSTAGES
   slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
 - a *signal* warp waits for the same counts, computes the norm factors the next product needs into shared memory
   and arrives on that product's `ready` barrier, so the consumer gets them without a global round trip;
 - the *consumer* warpgroup multiplies acc[64, BN] += x[64, BK] · w[BN, BK]ᵀ, runs the epilogue with the rounding
   of the unfused ops (skinny_gemm.reference), stores its tile, and after a product's last tile adds one to the
-  counter with release semantics. Before the down product it acquires the counter itself: its epilogue adds the
+  product's counter with release semantics. Before the down product it acquires the counter itself: its epilogue adds the
   o output, which other programs stored, with plain loads (from L2).
-A product's tiles are dealt round robin to the programs; every tile spans the whole of K, so no sum crosses
+Each product has a counter of its own: a program with no tile of a product counts it done at once, and with one
+counter for all four (session s30's kernel) the 4 programs of 132 without a q/k/v tile counted q/k/v before the
+last down tiles were stored, so the q/k/v product could start on a stale down output — a race that the kernel alone
+never showed and the engine did (its batch invariance failed). A product's tiles are dealt round robin to the
+programs; every tile spans the whole of K, so no sum crosses
 programs and a row's numbers depend only on its own inputs (batch invariance). The gate/up tile is BN_GU gate
 rows and the same BN_GU up rows in one ring slot (two TMA copies), so SiLU(gate)·up is done in registers.
 The norms: each tile of the o and down products also stores its rows' sums of squares of the values it stored;
@@ -26,8 +30,8 @@ instead, in every tile, made the chain slower than separate launches: 58 against
 
 Programmatic dependent launch: the kernel may start while the attention kernels before it run. The weight warp
 starts at once (weights are never written); the other three first wait for the kernel before
-(griddepcontrol.wait), which transitively covers every earlier kernel of the step. The counter is reset by
-the last program to leave (every one of its warps past its last wait), so the next chain finds it at zero.
+(griddepcontrol.wait), which transitively covers every earlier kernel of the step. The counters are reset by
+the last program to leave (every one of its warps past its last wait), so the next chain finds them at zero.
 Measured in docs/measured/2026-12-02-cpu-s29-gluon-stream.py and 2026-12-03-*-layer-chain-* (docs/benchmarks.md).
 """
 from triton.experimental import gluon
@@ -126,10 +130,10 @@ def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.
     j = _activations(xa, xs, xfull, xempty, j, pid, H, H, BN_O, BK, XSTAGES, G)
     _wait_counter(counter, err, G)
     j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
-    _wait_counter(counter, err, 2 * G)
+    _wait_counter(counter + 1, err, G)
     j = _activations(xg, xs, xfull, xempty, j, pid, H, I, BN_D, BK, XSTAGES, G)
     if NEXT:
-        _wait_counter(counter, err, 3 * G)
+        _wait_counter(counter + 2, err, G)
         j = _activations(xn, xs, xfull, xempty, j, pid, Q, H, BN_Q, BK, XSTAGES, G)
 
 
@@ -160,10 +164,10 @@ def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.con
     _wait_counter(counter, err, G)
     _factor(sq_h, fac_h, M, eps, H, H // BN_O)
     mbarrier.arrive(ready.index(1))
-    _wait_counter(counter, err, 2 * G)
+    _wait_counter(counter + 1, err, G)
     mbarrier.arrive(ready.index(2))
     if NEXT:
-        _wait_counter(counter, err, 3 * G)
+        _wait_counter(counter + 2, err, G)
         _factor(sq_x, fac_x, M, eps, H, H // BN_D)
         mbarrier.arrive(ready.index(3))
 
@@ -255,15 +259,15 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
     _done(counter, i)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
                     I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True)
-    _done(counter, i)
-    _wait_counter(counter, err, 2 * G)      # the down epilogue reads other programs' o output with plain loads
+    _done(counter + 1, i)
+    _wait_counter(counter + 1, err, G)      # the down epilogue reads other programs' o output with plain loads
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
                     H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True)
-    _done(counter, i)
+    _done(counter + 2, i)
     if NEXT:
         i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, ready.index(3), fac_x,
                         M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True)
-        _done(counter, i)
+        _done(counter + 3, i)
 
 
 @gluon.jit
@@ -277,7 +281,8 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     attention output, the o output, the SiLU·up output and the down output; a_res: the residual the o product
     adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32], sq_x
     [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up and
-    q/k/v); counter, err: int32 words (zero at launch; err counts spins that gave up). NEXT: the next layer's
+    q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch), err: an
+    int32 word that counts spins that gave up. NEXT: the next layer's
     q/k/v product runs too. EARLY: the weight warp starts before the kernel before has finished. TRIGGER: the kernel
     after may launch as soon as every program has started (else when this one ends)."""
     pid = gl.program_id(0)
@@ -319,7 +324,8 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
         (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
     ], [1, 1, 1], [40, 40, 80])
     # every warp of this program is past its last wait: count that, and the last program to leave resets the
-    # counter for the next launch (no program can still be waiting on it then)
-    old = gl.atomic_add(counter, 1, sem="acq_rel", scope="gpu")
-    if old == (5 if NEXT else 4) * G - 1:
-        gl.atomic_xchg(counter, 0, sem="relaxed", scope="gpu")
+    # counters for the next launch (no program can still be waiting on one then)
+    old = gl.atomic_add(counter + 4, 1, sem="acq_rel", scope="gpu")
+    if old == G - 1:
+        for p in gl.static_range(5):
+            gl.atomic_xchg(counter + p, 0, sem="relaxed", scope="gpu")

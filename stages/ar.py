@@ -78,15 +78,14 @@ class _Live:
 class AREngine:
     def __init__(self, model: YuE2, layout: TokenLayout, *, slots: int = STEP_SLOTS, kv_tokens: int | None = None,
                  sampler: str = "fast", cuda_graphs: bool = False, compile: bool = False, block: int = 16,
-                 weight_format: str = "bf16", kv_format: str = "bf16", chain: bool = False):
+                 weight_format: str = "bf16", kv_format: str = "bf16", chain: bool | None = None):
         """`kv_tokens`: the KV pool, in tokens over all requests (default: two full contexts). `block`: steps per
         graph replay and per host read in the fast mode. `weight_format`: how the AR linear layers are read
         (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts). `kv_format`: how the
         KV cache stores keys and values (kv_cache.KV_FORMATS; "fp8" halves what a step reads of them). `chain`:
-        the step runs each layer's products after attention as one op (layer_chain.py; BF16 weights only; on
-        Hopper one persistent kernel, 6 % faster per one-row step). Off by default: on an H200 the chained
-        engine does not yet give the same ids alone and batched (docs/ar-engine.md), so nothing but its
-        benchmark and tests turns it on."""
+        the step runs each layer's products after attention as one op (layer_chain.py; BF16 weights only), one
+        persistent kernel on Hopper (6 % faster per one-row step on an H200). None (the default): on wherever
+        that kernel runs; elsewhere the separate products are the faster path, and the maths is the same."""
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if weight_format not in quant.FORMATS:
@@ -109,6 +108,9 @@ class AREngine:
         self.weight_format, self.dims = weight_format, dims(cfg)
         self.step_weights = step_weights.for_format(model, weight_format)
         self.folded = weight_format == "bf16"
+        if chain is None:
+            chain = self.folded and layer_chain.supported(self.device, cfg.hidden_size, cfg.intermediate_size,
+                                                          self.step_weights[0].qkv.shape[0])
         self.chain = chain and self.folded
         self.chain_state = layer_chain.words(self.device) if self.chain else None
         # prefill runs the same weights as the step when they are quantised (one model, not two)
@@ -317,7 +319,7 @@ class AREngine:
         self._run(variant.name, variant)
         self.drawn_host.copy_(self.drawn, non_blocking=True)
         _sync(self.device)
-        if self.chain and int(self.chain_state[1]):
+        if self.chain and layer_chain.timed_out(self.chain_state):
             raise RuntimeError("the layer-chain kernel's grid barrier timed out: this block's tokens are wrong")
         rows = self.drawn_host.tolist()
         n, finished, going_on = len(self.live), [], []

@@ -82,9 +82,14 @@ def _gluon() -> bool:
 
 
 def words(device: torch.device) -> torch.Tensor:
-    """The two int32 words a chain kernel needs (the grid barrier's counter, spins that gave up): zeros, one pair
-    per engine. Nonzero `[1]` after a step means a barrier timed out and that step's numbers are wrong."""
-    return torch.zeros(2, dtype=torch.int32, device=device)
+    """The int32 words a chain kernel needs: [0] counts grid-barrier spins that gave up, [1:5] one counter per
+    product, [5] the programs that have left (the kernel sets [1:6] back to zero as it ends). One set per engine."""
+    return torch.zeros(6, dtype=torch.int32, device=device)
+
+
+def timed_out(state: torch.Tensor) -> bool:
+    """A grid barrier of some chain that used `state` gave up waiting: those steps' numbers are wrong."""
+    return bool(int(state[0]))
 
 
 def chain(attn: torch.Tensor, x: torch.Tensor, o: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
@@ -139,7 +144,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
     xa, xh, xg, xn = (_descriptor(v, ROWS, t.bk) for v in (attn, h_out, g_out, x_out))
     kern.layer_chain[(_programs(x.device),)](
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
-        state[0:1], state[1:2], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
+        state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0,
         EARLY=t.early_weights, TRIGGER=t.trigger_early, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out

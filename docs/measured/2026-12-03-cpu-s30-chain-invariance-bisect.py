@@ -59,7 +59,7 @@ def main() -> None:
         repeat = {k: bool(np.array_equal(first[k], second[k])) for k in first}
         step = _measure(engine, cfg, "prompt-450", min(450, short), "plan", 1, 8, weight_bytes(engine), kv_token,
                         None)
-        state = "-" if engine.chain_state is None else int(engine.chain_state[1])
+        state = "-" if engine.chain_state is None else int(engine.chain_state[0])
         print(f"{name}: invariance {[c['identical'] for c in checks]}, first differing tokens "
               f"{[c['first_difference'] for c in checks]}; together twice identical {repeat}; "
               f"1 × 450 step {step['step_ms']:.3f} ms; barrier errors {state}", flush=True)

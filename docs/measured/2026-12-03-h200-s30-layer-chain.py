@@ -63,7 +63,7 @@ def kernel_level() -> None:
             print(f"{name}: chain vs separate max abs {(g_.float() - s_.float()).abs().max().item():.3e}; chain vs "
                   f"FP32 {(g_.float() - r_).abs().max().item():.3e}; separate vs FP32 "
                   f"{(s_.float() - r_).abs().max().item():.3e} (max |FP32| {r_.abs().max().item():.2f}); "
-                  f"barrier errors {int(state[1])}", flush=True)
+                  f"barrier errors {int(state[0])}", flush=True)
         # batch invariance: row 5 among other rows, and alone
         other_a, other_x = torch.randn_like(a), torch.randn_like(x0)
         other_a[5], other_x[5] = a[5], x0[5]
@@ -73,7 +73,7 @@ def kernel_level() -> None:
         torch.cuda.synchronize()
         print(f"batch invariance: among other rows {all(torch.equal(g_[5], m_[5]) for g_, m_ in zip(got, mixed))}; "
               f"without the next q/k/v the same layer output {torch.equal(last[0], got[0])}; barrier errors "
-              f"{int(state[1])}", flush=True)
+              f"{int(state[0])}", flush=True)
         try:
             alone = layer_chain._launch(a[5:6], x0[5:6], layers[0]["o"], layers[0]["gu"], layers[0]["d"],
                                         layers[1]["q"], EPS, state, t)
@@ -110,7 +110,7 @@ def kernel_level() -> None:
         try:
             us = _time_graph(run_chain) / L * 1e6
             print(f"chain {t} diag {diag}: {us:.2f} µs per layer ({nbytes / us / 1e6:.2f} TB/s); barrier errors "
-                  f"{int(state[1])}", flush=True)
+                  f"{int(state[0])}", flush=True)
         except Exception as e:       # a probe: report and go on
             print(f"chain {t}: failed: {type(e).__name__}: {str(e)[:300]}", flush=True)
 
@@ -142,7 +142,7 @@ def engine_level() -> None:
                   f"{ms[False]['floor_ratio']:.2f}), chain {ms[True]['step_ms']:.3f} ms (× floor "
                   f"{ms[True]['floor_ratio']:.2f})", flush=True)
     print(f"chain engine: batch invariance {batch_invariance(engines[True], cfg)}; barrier errors "
-          f"{int(engines[True].chain_state[1])}", flush=True)
+          f"{int(engines[True].chain_state[0])}", flush=True)
     for chain, engine in engines.items():
         print(f"numerics, chain={chain}: {numerics(engine, ckpt, 'cuda', 512)}", flush=True)
 
