@@ -21,8 +21,11 @@ counter for all four (session s30's kernel) the 4 programs of 132 without a q/k/
 last down tiles were stored, so the q/k/v product could start on a stale down output — a race that the kernel alone
 never showed and the engine did (its batch invariance failed). A product's tiles are dealt round robin to the
 programs; every tile spans the whole of K, so no sum crosses
-programs and a row's numbers depend only on its own inputs (batch invariance). The gate/up tile is BN_GU gate
-rows and the same BN_GU up rows in one ring slot (two TMA copies), so SiLU(gate)·up is done in registers.
+programs and a row's numbers depend only on its own inputs (batch invariance). The gate/up matrix comes with its
+rows paired (`layer_chain.pair_rows`: gate row n, then up row n), so a tile of BN_GU outputs is one TMA copy of
+2·BN_GU rows and one 2·BN_GU-wide MMA per k-tile, and each thread holds a gate value beside its up value: the
+accumulator splits into the two in registers for SiLU(gate)·up. (Session s30's kernel copied 16 gate rows and 16
+up rows into each slot and ran two 16-wide MMAs per k-tile.)
 The norms: each tile of the o and down products also stores its rows' sums of squares of the values it stored;
 the gate/up and q/k/v products sum those partials (in tile order) into each row's rsqrt(mean(x²) + eps) and scale
 their FP32 products by it, as `skinny_gemm` does for a folded norm. (Summing x² from the shared-memory k-tiles
@@ -73,19 +76,15 @@ def _wait_counter(counter, err, target):
 @gluon.jit
 def _weights(desc, ring, full, empty, i, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
              BK: gl.constexpr, STAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr):
-    """PAIR: the matrix is [2N, K] (gate rows, then up rows) and a tile takes BN rows of each half."""
+    """PAIR: the matrix is [2N, K] with its gate and up rows paired, and a tile of BN outputs takes 2·BN rows."""
+    ROWS_W: gl.constexpr = 2 * BN if PAIR else BN
     for tile in range(pid, N // BN, G):
         for k in range(K // BK):
             s = i % STAGES
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            if PAIR:
-                mbarrier.expect(full.index(s), 2 * BN * BK * 2)
-                tma.async_copy_global_to_shared(desc, [tile * BN, k * BK], full.index(s), ring.index(s).slice(0, BN))
-                tma.async_copy_global_to_shared(desc, [N + tile * BN, k * BK], full.index(s),
-                                                ring.index(s).slice(BN, BN))
-            else:
-                mbarrier.expect(full.index(s), BN * BK * 2)
-                tma.async_copy_global_to_shared(desc, [tile * BN, k * BK], full.index(s), ring.index(s).slice(0, BN))
+            mbarrier.expect(full.index(s), ROWS_W * BK * 2)
+            tma.async_copy_global_to_shared(desc, [tile * ROWS_W, k * BK], full.index(s),
+                                            ring.index(s).slice(0, ROWS_W))
             i += 1
     return i
 
@@ -180,59 +179,54 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
              XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr, NORM: gl.constexpr, ADD: gl.constexpr,
              SQ: gl.constexpr, WAIT: gl.constexpr):
     """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
-    the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's two
-    halves; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT: the epilogue
+    the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's paired
+    gate and up columns; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT: the epilogue
     reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first."""
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BN, 16])
+    W: gl.constexpr = 2 * BN if PAIR else BN       # accumulator columns: a gate/up tile's are paired
+    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, W, 16])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
-    c = gl.arange(0, BN, layout=gl.SliceLayout(0, mma))
-    rows = (r < M)[:, None] & (c < BN)[None, :]
+    c = gl.arange(0, W, layout=gl.SliceLayout(0, mma))
+    col = c // 2 if PAIR else c                     # each accumulator column's output column within the tile
+    rows = (r < M)[:, None] & (c < W)[None, :]
     for tile in range(pid, N // BN, G):
-        acc = gl.zeros([64, BN], gl.float32, mma)
-        acc2 = gl.zeros([64, BN], gl.float32, mma)
+        acc = gl.zeros([64, W], gl.float32, mma)
         for k in range(K // BK):
             xsl = j % XSTAGES
             s = i % STAGES
             mbarrier.wait(xfull.index(xsl), (j // XSTAGES) & 1)
             mbarrier.wait(full.index(s), (i // STAGES) & 1)
-            acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(0, BN).permute((1, 0)), acc, is_async=True)
-            if PAIR:
-                acc2 = warpgroup_mma(xs.index(xsl), ring.index(s).slice(BN, BN).permute((1, 0)), acc2,
-                                     is_async=True)
-                acc, acc2 = warpgroup_mma_wait(num_outstanding=2, deps=(acc, acc2))
-            else:
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            # the MMAs of step k - 1 are done: its slots are free
+            acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(0, W).permute((1, 0)), acc, is_async=True)
+            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+            # the MMA of step k - 1 is done: its slots are free
             mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=k > 0)
             mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES), pred=k > 0)
             i += 1
             j += 1
-        if PAIR:
-            acc, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc, acc2))
-        else:
-            acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES))
         mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES))
 
-        offs = r[:, None] * N + (tile * BN + c)[None, :]
+        offs = r[:, None] * N + (tile * BN + col)[None, :]
         if WAIT:
             mbarrier.wait(ready, 0)
         if NORM:
-            factor = fac.load(gl.SliceLayout(1, mma))[:, None]
-            acc = acc * factor
-            acc2 = acc2 * factor
-        y = acc.to(gl.bfloat16)
-        if ADD:     # residual + x·Wᵀ, the product rounded first
-            res = gl.load(res_ptr + offs, mask=rows, other=0.0, cache_modifier=".cg")   # L2: another SM wrote it
-            y = (y.to(gl.float32) + res.to(gl.float32)).to(gl.bfloat16)
-        if PAIR:    # SiLU(gate) · up, each rounded as the unfused ops round
-            gate = y.to(gl.float32)
-            silu = (gate * (1.0 / (1.0 + gl.exp(-gate)))).to(gl.bfloat16)
-            y = (silu.to(gl.float32) * acc2.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16)
-        gl.store(out_ptr + offs, y, mask=rows)
-        if SQ:      # the next product's norm: this tile's share of each row's sum of squares
-            yf = y.to(gl.float32)
-            gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)
+            acc = acc * fac.load(gl.SliceLayout(1, mma))[:, None]
+        if PAIR:    # SiLU(gate) · up, each rounded as the unfused ops round; a thread holds both of a pair
+            gate, up = gl.split(acc.reshape([64, BN, 2]))
+            where, _ = gl.split(offs.reshape([64, BN, 2]))
+            g = gate.to(gl.bfloat16).to(gl.float32)
+            silu = (g * (1.0 / (1.0 + gl.exp(-g)))).to(gl.bfloat16)
+            y = (silu.to(gl.float32) * up.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16)
+            gl.store(out_ptr + where, y, mask=where < M * N)    # row < M
+        else:
+            y = acc.to(gl.bfloat16)
+            if ADD:     # residual + x·Wᵀ, the product rounded first
+                res = gl.load(res_ptr + offs, mask=rows, other=0.0, cache_modifier=".cg")   # L2: another SM wrote it
+                y = (y.to(gl.float32) + res.to(gl.float32)).to(gl.bfloat16)
+            gl.store(out_ptr + offs, y, mask=rows)
+            if SQ:      # the next product's norm: this tile's share of each row's sum of squares
+                yf = y.to(gl.float32)
+                gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)
     return i, j
 
 
@@ -277,7 +271,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
                 XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
                 TRIGGER: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
-    [BN_GU, BK] over the [2I, H] gate-then-up matrix); xa/xh/xg/xn: TMA descriptors (blocks [32, BK]) of the
+    [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks [32, BK]) of the
     attention output, the o output, the SiLU·up output and the down output; a_res: the residual the o product
     adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32], sq_x
     [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up and

@@ -106,12 +106,13 @@ class AREngine:
         self.free_slots = deque(range(slots))
         self.live: list[_Live] = []
         self.weight_format, self.dims = weight_format, dims(cfg)
-        self.step_weights = step_weights.for_format(model, weight_format)
         self.folded = weight_format == "bf16"
         if chain is None:
-            chain = self.folded and layer_chain.supported(self.device, cfg.hidden_size, cfg.intermediate_size,
-                                                          self.step_weights[0].qkv.shape[0])
+            q_rows = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
+            chain = layer_chain.supported(self.device, cfg.hidden_size, cfg.intermediate_size, q_rows)
         self.chain = chain and self.folded
+        self.step_weights = (step_weights.for_chain(model) if self.chain
+                             else step_weights.for_format(model, weight_format))
         self.chain_state = layer_chain.words(self.device) if self.chain else None
         # prefill runs the same weights as the step when they are quantised (one model, not two)
         self.weights = branch_weights(model, AR) if self.folded else self.step_weights

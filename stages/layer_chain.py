@@ -10,7 +10,8 @@ Elsewhere, and on the CPU, it is `reference`: the same products through `skinny_
 rounding the separate ops have (`step_weights.folded_tail` and `folded_head`), so an engine with the chain gives
 the same ids on the CPU as one without. On the GPU the kernels differ from the skinny GEMMs in summation order
 only; every tile spans all of K and a row depends only on its own inputs (batch invariance).
-Weights are the step's folded ones (`step_weights.for_format(model, "bf16")`).
+Weights are the step's folded ones with the gate/up rows paired (`step_weights.for_chain`, `pair_rows`): gate row n
+then up row n, so that a kernel tile's gate and up values come in one copy and one MMA.
 
 Status (docs/ar-engine.md, "The layer chain"): on an H200 the kernel alone is right (as close to FP32 as the
 separate products, bitwise repeatable, row-invariant) and the engine's one-row step is 6 % faster with it, but the
@@ -29,7 +30,7 @@ from . import skinny_gemm
 
 @dataclass(frozen=True)
 class ChainTiling:
-    """Rows of weight per tile for each product (gate/up: this many gate rows and as many up rows), the depth of a
+    """Rows of weight per tile for each product (gate/up: outputs per tile, so twice as many paired rows), the depth of a
     weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows and an activation slot 64 rows (the
     MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap the
     kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that kernel
@@ -51,12 +52,22 @@ TILING = ChainTiling()
 ROWS = skinny_gemm.MAX_ROWS      # the step's slots: the activation tiles' rows
 
 
+def pair_rows(gate_up: torch.Tensor) -> torch.Tensor:
+    """[gate; up] ([2I, H], gate rows then up rows) → rows paired: gate 0, up 0, gate 1, up 1, …"""
+    return gate_up.unflatten(0, (2, -1)).transpose(0, 1).flatten(0, 1).contiguous()
+
+
+def unpair_rows(paired: torch.Tensor) -> torch.Tensor:
+    """The inverse of `pair_rows`."""
+    return paired.unflatten(0, (-1, 2)).transpose(0, 1).flatten(0, 1)
+
+
 def reference(attn: torch.Tensor, x: torch.Tensor, o: torch.Tensor, gate_up: torch.Tensor, down: torch.Tensor,
               qkv: torch.Tensor | None, eps: float) -> tuple[torch.Tensor, torch.Tensor]:
     """attn [M, heads·head_dim], x (the residual) [M, H] → (the layer's output [M, H], the next layer's q/k/v
-    [M, Q], or [M, 0] without `qkv`)."""
+    [M, Q], or [M, 0] without `qkv`). gate_up's rows are paired (`pair_rows`)."""
     h = skinny_gemm.reference(attn, o, "add", x)
-    g = skinny_gemm.reference(h, gate_up, "silu_mul", None, eps)
+    g = skinny_gemm.reference(h, unpair_rows(gate_up), "silu_mul", None, eps)
     out = skinny_gemm.reference(g, down, "add", h)
     nxt = skinny_gemm.reference(out, qkv, "none", None, eps) if qkv is not None else out.new_empty(len(out), 0)
     return out, nxt
@@ -69,7 +80,7 @@ def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: in
     partial_sums = (hidden // t.bn_o, hidden // t.bn_d)     # the norms' partial sums: a power of two each
     return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
             and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
-            and t.bn_gu <= 16 and all(n & (n - 1) == 0 for n in partial_sums))
+            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums))
 
 
 @functools.cache
@@ -138,7 +149,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
     q_out = torch.empty(m, q_rows, dtype=x.dtype, device=x.device)
     sq_h = torch.empty(hidden // t.bn_o, ROWS, dtype=torch.float32, device=x.device)
     sq_x = torch.empty(hidden // t.bn_d, ROWS, dtype=torch.float32, device=x.device)
-    wo, wgu, wd = (_descriptor(o, t.bn_o, t.bk, True), _descriptor(gate_up, t.bn_gu, t.bk, True),
+    wo, wgu, wd = (_descriptor(o, t.bn_o, t.bk, True), _descriptor(gate_up, 2 * t.bn_gu, t.bk, True),
                    _descriptor(down, t.bn_d, t.bk, True))
     wq = _descriptor(qkv, t.bn_q, t.bk, True) if qkv is not None else wo
     xa, xh, xg, xn = (_descriptor(v, ROWS, t.bk) for v in (attn, h_out, g_out, x_out))

@@ -40,6 +40,21 @@ def for_format(model: YuE2, weight_format: str = "bf16") -> list[BranchWeights]:
     return cache[key]
 
 
+def for_chain(model: YuE2) -> list[BranchWeights]:
+    """The bf16 step weights as the layer chain reads them (layer_chain.py): `for_format(model, "bf16")`'s, with
+    each gate/up matrix's rows paired (`layer_chain.pair_rows`). Built once per model, and not beside the bf16 set:
+    an engine uses one or the other."""
+    from . import layer_chain
+
+    cache = model.__dict__.setdefault("_branches", {})
+    if "ar-step-bf16-chain" not in cache:
+        cache["ar-step-bf16-chain"] = [
+            replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
+                    gate_up=layer_chain.pair_rows(skinny_gemm.fold_norm(w.gate_up, w.post_norm)))
+            for w in branch_weights(model, AR)]
+    return cache["ar-step-bf16-chain"]
+
+
 def set_step_weights(model: YuE2, weight_format: str, layers: list[BranchWeights]) -> None:
     """Give a model its decode step's weights in a format directly (a quantised AR checkpoint's own values, rather
     than the model's weights quantised by `for_format`)."""

@@ -203,7 +203,8 @@ def test_layer_chain_matches_the_separate_products_and_is_row_invariant():
     o, gate_up, down, qkv = w(h, h), w(2 * i, h), w(h, i), w(q, h)
     a, x = (torch.randn(32, h, device="cuda", generator=g).bfloat16() for _ in range(2))
     state = layer_chain.words(torch.device("cuda"))
-    got = layer_chain.chain(a, x, o, gate_up, down, qkv, eps, state)
+    paired = layer_chain.pair_rows(gate_up)
+    got = layer_chain.chain(a, x, o, paired, down, qkv, eps, state)
     mid = sg.linear(a, o, "add", x)
     out = sg.linear(sg.linear(mid, gate_up, "silu_mul", None, eps), down, "add", mid)
     separate = (out, sg.linear(out, qkv, "none", None, eps))
@@ -214,12 +215,12 @@ def test_layer_chain_matches_the_separate_products_and_is_row_invariant():
     fp32 = (out32, (out32 * torch.rsqrt(out32.pow(2).mean(-1, keepdim=True) + eps)) @ f[5].T)
     for c, s, r in zip(got, separate, fp32):
         assert (c.float() - r).abs().max() <= 1.25 * (s.float() - r).abs().max() + 1e-3
-    assert all(torch.equal(c, d) for c, d in zip(got, layer_chain.chain(a, x, o, gate_up, down, qkv, eps, state)))
+    assert all(torch.equal(c, d) for c, d in zip(got, layer_chain.chain(a, x, o, paired, down, qkv, eps, state)))
     a2, x2 = torch.randn_like(a), torch.randn_like(x)
     a2[3], x2[3] = a[3], x[3]
-    mixed = layer_chain.chain(a2, x2, o, gate_up, down, qkv, eps, state)
-    alone = layer_chain.chain(a[3:4].clone(), x[3:4].clone(), o, gate_up, down, qkv, eps, state)
-    last, empty = layer_chain.chain(a, x, o, gate_up, down, None, eps, state)
+    mixed = layer_chain.chain(a2, x2, o, paired, down, qkv, eps, state)
+    alone = layer_chain.chain(a[3:4].clone(), x[3:4].clone(), o, paired, down, qkv, eps, state)
+    last, empty = layer_chain.chain(a, x, o, paired, down, None, eps, state)
     assert all(torch.equal(c[3], m[3]) and torch.equal(c[3], s[0]) for c, m, s in zip(got, mixed, alone))
     assert torch.equal(last, got[0]) and empty.shape == (32, 0)
     assert not state.any()      # no barrier gave up, and every counter is back at zero

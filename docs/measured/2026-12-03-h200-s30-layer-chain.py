@@ -33,6 +33,8 @@ def kernel_level() -> None:
                    gu=torch.randn(2 * I, H, device=dev, dtype=torch.bfloat16) * H ** -0.5,
                    d=torch.randn(H, I, device=dev, dtype=torch.bfloat16) * I ** -0.5,
                    q=torch.randn(Q, H, device=dev, dtype=torch.bfloat16) * H ** -0.5) for _ in range(L + 1)]
+    for w in layers:    # the chain reads gate/up with its rows paired (since session s31)
+        w["gup"] = layer_chain.pair_rows(w["gu"])
     a = torch.randn(32, H, device=dev, dtype=torch.bfloat16)
     x0 = torch.randn(32, H, device=dev, dtype=torch.bfloat16)
     state = layer_chain.words(torch.device(dev))
@@ -54,7 +56,7 @@ def kernel_level() -> None:
         return out, on @ nxt["q"].float().T
 
     for t in (layer_chain.TILING,):
-        got = layer_chain._launch(a, x0, layers[0]["o"], layers[0]["gu"], layers[0]["d"], layers[1]["q"], EPS, state,
+        got = layer_chain._launch(a, x0, layers[0]["o"], layers[0]["gup"], layers[0]["d"], layers[1]["q"], EPS, state,
                                   t)
         torch.cuda.synchronize()
         sep = separate(x0, layers[0], layers[1])
@@ -67,15 +69,15 @@ def kernel_level() -> None:
         # batch invariance: row 5 among other rows, and alone
         other_a, other_x = torch.randn_like(a), torch.randn_like(x0)
         other_a[5], other_x[5] = a[5], x0[5]
-        mixed = layer_chain._launch(other_a, other_x, layers[0]["o"], layers[0]["gu"], layers[0]["d"],
+        mixed = layer_chain._launch(other_a, other_x, layers[0]["o"], layers[0]["gup"], layers[0]["d"],
                                     layers[1]["q"], EPS, state, t)
-        last = layer_chain._launch(a, x0, layers[0]["o"], layers[0]["gu"], layers[0]["d"], None, EPS, state, t)
+        last = layer_chain._launch(a, x0, layers[0]["o"], layers[0]["gup"], layers[0]["d"], None, EPS, state, t)
         torch.cuda.synchronize()
         print(f"batch invariance: among other rows {all(torch.equal(g_[5], m_[5]) for g_, m_ in zip(got, mixed))}; "
               f"without the next q/k/v the same layer output {torch.equal(last[0], got[0])}; barrier errors "
               f"{int(state[0])}", flush=True)
         try:
-            alone = layer_chain._launch(a[5:6], x0[5:6], layers[0]["o"], layers[0]["gu"], layers[0]["d"],
+            alone = layer_chain._launch(a[5:6], x0[5:6], layers[0]["o"], layers[0]["gup"], layers[0]["d"],
                                         layers[1]["q"], EPS, state, t)
             torch.cuda.synchronize()
             print(f"row 5 alone (a 1-row call): {all(torch.equal(g_[5], m_[0]) for g_, m_ in zip(got, alone))}",
@@ -105,7 +107,7 @@ def kernel_level() -> None:
         def run_chain():
             x = x0
             for layer in range(L):
-                x, _ = layer_chain._launch(a, x, layers[layer]["o"], layers[layer]["gu"], layers[layer]["d"],
+                x, _ = layer_chain._launch(a, x, layers[layer]["o"], layers[layer]["gup"], layers[layer]["d"],
                                            layers[layer + 1]["q"], EPS, state, t, *((diag,) if diag else ()))
         try:
             us = _time_graph(run_chain) / L * 1e6
