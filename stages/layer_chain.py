@@ -36,9 +36,9 @@ class ChainTiling:
     kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that kernel
     has finished (both are what made the engine's step faster; docs/ar-engine.md); `trigger_early`: the kernel after
     may launch as soon as every program has started, not only when the chain ends."""
-    bn_o: int = 32
+    bn_o: int = 16
     bn_gu: int = 16
-    bn_d: int = 32
+    bn_d: int = 16
     bn_q: int = 32
     bk: int = 128
     stages: int = 12

@@ -43,7 +43,8 @@ def main() -> None:
                 ("chain without PDL, weights after", replace(landed, pdl=False, early_weights=False), True),
                 ("chain, the kernel after launched at its end", replace(landed, trigger_early=False), True),
                 ("chain, no PDL either way", replace(landed, pdl=False, early_weights=False, trigger_early=False), True),
-                ("chain as landed, eager (no graphs, no compile)", landed, False)]
+                ("chain as landed, eager (no graphs, no compile)", landed, False),
+                ("chain, o/down tiles of 32 rows (session s30's)", replace(landed, bn_o=32, bn_d=32), True)]
     if len(sys.argv) > 1:
         variants = [variants[int(i)] for i in sys.argv[1:]]
     short = cfg.model.context // 8            # tiny (a CPU smoke run of this script): 64

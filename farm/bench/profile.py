@@ -15,7 +15,8 @@ import time
 from collections import defaultdict
 
 # (kind, pattern on the kernel name), first match wins
-KINDS = (("GEMMs of the layers (skinny)", r"skinny_gemm"),
+KINDS = (("layer chain (o, gate/up, down, next q/k/v)", r"layer_chain"),
+         ("GEMMs of the layers (skinny)", r"skinny_gemm"),
          ("decode attention", r"split_kv_attention|merge_and_store"),
          ("lm_head (cuBLAS)", r"gemm|gemv|nvjet|cutlass|xmma|cublas"),
          ("top-k / sort", r"topk|sort|radix|Sort|gatherTopK|bitonic"),
