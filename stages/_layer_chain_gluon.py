@@ -8,24 +8,24 @@ drain that the weight stream does not cover (docs/ar-engine.md). Here every prog
   each [BN, BK] piece with TMA into a ring of STAGES slots. It waits only for a free slot, never for the other
   programs, so the next product's weights are on their way while the grid waits for the product before;
 - an *activation* warp waits until every program has finished the product whose output is the next one's input
-  (that product's grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a ring of XSTAGES
-  slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
+  (that product's grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a
+  ring of XSTAGES slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
 - a *signal* warp waits for the same counts, computes the norm factors the next product needs into shared memory
   and arrives on that product's `ready` barrier, so the consumer gets them without a global round trip;
 - the *consumer* warpgroup multiplies acc[64, BN] += x[64, BK] · w[BN, BK]ᵀ, runs the epilogue with the rounding
   of the unfused ops (skinny_gemm.reference), stores its tile, and after a product's last tile adds one to the
-  product's counter with release semantics. Before the down product it acquires the counter itself: its epilogue adds the
-  o output, which other programs stored, with plain loads (from L2).
+  product's counter with release semantics. Before the down product it acquires the gate/up counter itself: its
+  epilogue adds the o output, which other programs stored, with plain loads (from L2).
 Each product has a counter of its own: a program with no tile of a product counts it done at once, and with one
 counter for all four (session s30's kernel) the 4 programs of 132 without a q/k/v tile counted q/k/v before the
 last down tiles were stored, so the q/k/v product could start on a stale down output — a race that the kernel alone
 never showed and the engine did (its batch invariance failed). A product's tiles are dealt round robin to the
-programs; every tile spans the whole of K, so no sum crosses
-programs and a row's numbers depend only on its own inputs (batch invariance). The gate/up matrix comes with its
-rows paired (`layer_chain.pair_rows`: gate row n, then up row n), so a tile of BN_GU outputs is one TMA copy of
-2·BN_GU rows and one 2·BN_GU-wide MMA per k-tile, and each thread holds a gate value beside its up value: the
-accumulator splits into the two in registers for SiLU(gate)·up. (Session s30's kernel copied 16 gate rows and 16
-up rows into each slot and ran two 16-wide MMAs per k-tile.)
+programs; every tile spans the whole of K, so no sum crosses programs and a row's numbers depend only on its own
+inputs (batch invariance). The gate/up matrix comes with its rows paired (`layer_chain.pair_rows`: gate row n,
+then up row n), so a tile of BN_GU outputs is one TMA copy of 2·BN_GU rows and one 2·BN_GU-wide MMA per k-tile,
+and each thread holds a gate value beside its up value: the accumulator splits into the two in registers for
+SiLU(gate)·up. (Session s30's kernel copied 16 gate rows and 16 up rows into each slot and ran two 16-wide MMAs
+per k-tile.)
 The norms: each tile of the o and down products also stores its rows' sums of squares of the values it stored;
 the gate/up and q/k/v products sum those partials (in tile order) into each row's rsqrt(mean(x²) + eps) and scale
 their FP32 products by it, as `skinny_gemm` does for a folded norm. (Summing x² from the shared-memory k-tiles
@@ -180,8 +180,8 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
              SQ: gl.constexpr, WAIT: gl.constexpr):
     """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
     the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's paired
-    gate and up columns; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT: the epilogue
-    reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first."""
+    gate and up columns; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT:
+    the epilogue reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first."""
     W: gl.constexpr = 2 * BN if PAIR else BN       # accumulator columns: a gate/up tile's are paired
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, W, 16])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
@@ -271,14 +271,14 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
                 XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
                 TRIGGER: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
-    [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks [32, BK]) of the
-    attention output, the o output, the SiLU·up output and the down output; a_res: the residual the o product
-    adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32], sq_x
-    [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up and
-    q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch), err: an
-    int32 word that counts spins that gave up. NEXT: the next layer's
-    q/k/v product runs too. EARLY: the weight warp starts before the kernel before has finished. TRIGGER: the kernel
-    after may launch as soon as every program has started (else when this one ends)."""
+    [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks
+    [32, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the residual
+    the o product adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32],
+    sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up
+    and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch),
+    err: an int32 word that counts spins that gave up. NEXT: the next layer's q/k/v product runs too. EARLY: the
+    weight warp starts before the kernel before has finished. TRIGGER: the kernel after may launch as soon as
+    every program has started (else when this one ends)."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
