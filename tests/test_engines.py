@@ -187,6 +187,26 @@ def _layout(model):
 
 
 @torch.inference_mode()
+def test_layer_chain_pairs_gate_and_up_rows():
+    """The chain reads gate/up with its rows paired (gate n, then up n): pair_rows and unpair_rows are inverses,
+    and the reference op over paired rows is the separate products over the plain [gate; up] matrix."""
+    from stages import layer_chain, skinny_gemm
+
+    g = torch.Generator().manual_seed(0)
+    h, i, q, eps = 64, 96, 48, 1e-6
+    gate_up = torch.randn(2 * i, h, generator=g)
+    paired = layer_chain.pair_rows(gate_up)
+    assert torch.equal(paired[0], gate_up[0]) and torch.equal(paired[1], gate_up[i])
+    assert torch.equal(paired[5], gate_up[i + 2]) and torch.equal(layer_chain.unpair_rows(paired), gate_up)
+    attn, x = torch.randn(3, h, generator=g), torch.randn(3, h, generator=g)
+    o, down, qkv = torch.randn(h, h, generator=g), torch.randn(h, i, generator=g), torch.randn(q, h, generator=g)
+    out, nxt = layer_chain.reference(attn, x, o, paired, down, qkv, eps)
+    mid = skinny_gemm.reference(attn, o, "add", x)
+    want = skinny_gemm.reference(skinny_gemm.reference(mid, gate_up, "silu_mul", None, eps), down, "add", mid)
+    assert torch.equal(out, want)
+    assert torch.equal(nxt, skinny_gemm.reference(want, qkv, "none", None, eps))
+
+
 def test_layer_chain_step_draws_what_the_separate_products_draw(model):
     """The step with each layer's products after attention as one op (layer_chain.py; on the CPU its reference)
     draws exactly the ids of the step that runs them as separate ops, alone and batched."""
