@@ -23,6 +23,9 @@ def calibration_dir() -> Path | None:
     return None
 
 
+CHAIN_CAPABILITY = (9, 0)     # where the layer chain's kernel runs (stages/layer_chain.supported: Hopper's wgmma, TMA)
+
+
 @dataclass(frozen=True)
 class Calibration:
     """Achieved / datasheet-peak ratios (dimensionless) and fixed costs (seconds).
@@ -57,6 +60,11 @@ class Calibration:
     # card (the [nvfp4] table of a calibration file)
     nvfp4_step_overhead_s: float = 4.4e-4
     kvfp8_byte_cost: float = 1.65
+    # The layer chain (stages/layer_chain.py) runs a BF16 step's products as one persistent kernel on Hopper
+    # (compute capability 9.0) only. The [ar] / [plan] / [semantic] overheads are fitted on a card that runs it
+    # (the H200); a step without it (another card, or quantised weights) costs this much more. Measured on an H200
+    # (docs/benchmarks.md, 2026-12-03, second session): 1.815 against 1.650 ms at one row, 6.66 against 6.50 at 24.
+    chain_step_saving_s: float = 0.0
     plan_step_overhead_s: float | None = None
     plan_track_step_overhead_s: float | None = None
     semantic_step_overhead_s: float | None = None
@@ -71,6 +79,11 @@ class Calibration:
     def format_step_overhead(self, ar_format: str) -> float:
         """What a step in a quantised AR weight format costs beyond its bytes (0 for the model's own dtype)."""
         return 0.0 if ar_format == "bf16" else getattr(self, f"{ar_format}_step_overhead_s")
+
+    def chain_step_overhead(self, ar_format: str, compute_capability: tuple[int, int]) -> float:
+        """What a step costs beyond the fitted overheads for want of the layer chain (0 where it runs)."""
+        runs = ar_format == "bf16" and tuple(compute_capability) == CHAIN_CAPABILITY
+        return 0.0 if runs else self.chain_step_saving_s
 
     def ar_overheads(self, stage: str) -> tuple[float, float]:
         """(per step, per track per step) overhead of an AR stage."""
@@ -93,6 +106,7 @@ _FIELDS = {  # TOML table.key -> Calibration field
     ("fp8", "step_overhead_s"): "fp8_step_overhead_s",
     ("nvfp4", "step_overhead_s"): "nvfp4_step_overhead_s",
     ("kv_fp8", "byte_cost"): "kvfp8_byte_cost",
+    ("chain", "step_saving_s"): "chain_step_saving_s",
     ("plan", "step_overhead_s"): "plan_step_overhead_s",
     ("plan", "track_step_overhead_s"): "plan_track_step_overhead_s",
     ("semantic", "step_overhead_s"): "semantic_step_overhead_s",

@@ -76,7 +76,8 @@ def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibratio
     if stage not in AR_STAGES:
         return CardSpeed(0.0, 0.0, 0.0, 0.0, 1.0 / (rate * 1e12 * eff), cal.job_overhead_s)
     fixed, per_track = cal.ar_overheads(stage)
-    fixed += cal.format_step_overhead(model.ar_format)
+    fixed += cal.format_step_overhead(model.ar_format) + cal.chain_step_overhead(model.ar_format,
+                                                                                  spec.compute_capability)
     kv_cost = cal.kvfp8_byte_cost if model.kv_format != "bf16" else 1.0
     return CardSpeed(fixed, model.ar_step_weight_bytes, 1.0 / (spec.bandwidth_gbs * 1e9 * cal.ar_bandwidth_efficiency),
                      1.0 / (rate * 1e12 * cal.ar_compute_efficiency), 1.0 / (rate * 1e12 * eff), cal.job_overhead_s,

@@ -161,3 +161,18 @@ def test_calibration_files_are_checked(tmp_path):
     bad.write_text('gpu = "H200"\n[ar]\nbandwith_efficiency = 0.9\n')
     with pytest.raises(ValueError, match="ar.bandwith_efficiency: unknown key"):
         load_calibration(bad)
+
+
+def test_a_step_without_the_layer_chain_costs_its_saving():
+    """The fitted overheads are an H200's with the layer chain; a BF16 step on a card that cannot run it (not
+    compute capability 9.0), and a quantised step anywhere, pay the chain's saving on top."""
+    cal = dataclasses.replace(Calibration(), chain_step_saving_s=1.6e-4)
+    ada = device_from_spec(lookup("RTX 4090"), "a", 0)
+    fixed = {(card, fmt): card_speed(device, "semantic", dataclasses.replace(M, ar_format=fmt), cal).step_fixed_s
+             for card, device in (("h200", device_from_spec(lookup("H200"), "h", 0)), ("ada", ada))
+             for fmt in ("bf16", "fp8")}
+    assert fixed["h200", "bf16"] == pytest.approx(cal.ar_step_overhead_s)
+    assert fixed["ada", "bf16"] == pytest.approx(cal.ar_step_overhead_s + 1.6e-4)
+    for card in ("h200", "ada"):
+        assert fixed[card, "fp8"] == pytest.approx(cal.ar_step_overhead_s + cal.fp8_step_overhead_s + 1.6e-4)
+    assert load_calibration(ROOT / "configs/calibration/h200.toml").chain_step_saving_s > 0
