@@ -10,7 +10,8 @@ For each variant a fresh chained engine on one loaded model, and the unchained e
 Variants (ChainTiling fields): the kernel as landed; the weight warp waiting for the kernel before
 (`early_weights=False`); the chain launched without programmatic dependent launch (`pdl=False`); both; the kernel
 after launched only when the chain ends (`trigger_early=False`, added in session s31); no PDL either way; and the
-landed kernel in an engine without CUDA graphs or torch.compile (eager launches).
+landed kernel in an engine without CUDA graphs or torch.compile (eager launches); and (session s31) the o/down
+tiles of 32 rows that the chain had before 16 became the default.
 `python … [N …]` runs only the variants of those indices (0 = the control).
 Run from the repository root on the GPU machine after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
 python docs/measured/2026-12-03-cpu-s30-chain-invariance-bisect.py"""
