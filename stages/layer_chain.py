@@ -35,8 +35,9 @@ class ChainTiling:
     rows (the MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap
     the kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that
     kernel has finished (both are what made the engine's step faster; docs/ar-engine.md); `trigger_early`: the
-    kernel after may launch as soon as every program has started, not only when the chain ends. o/down tiles of
-    16 rows: 128 tiles on an H200's 132 programs (37.6 against 39.1 µs per layer at 32 rows, docs/benchmarks.md)."""
+    kernel after may launch as soon as every program has started, not only when the chain ends; `programs`: how many
+    programs (at most one per SM) share the tiles. o/down tiles of 16 rows: 128 tiles on an H200's 132 programs
+    (37.6 against 39.1 µs per layer at 32 rows, docs/benchmarks.md)."""
     bn_o: int = 16
     bn_gu: int = 16
     bn_d: int = 16
@@ -47,6 +48,7 @@ class ChainTiling:
     pdl: bool = True
     early_weights: bool = True
     trigger_early: bool = True
+    programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
 
 
 TILING = ChainTiling()
@@ -154,10 +156,11 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
                    _descriptor(down, t.bn_d, t.bk, True))
     wq = _descriptor(qkv, t.bn_q, t.bk, True) if qkv is not None else wo
     xa, xh, xg, xn = (_descriptor(v, ROWS, t.bk) for v in (attn, h_out, g_out, x_out))
-    kern.layer_chain[(_programs(x.device),)](
+    programs = min(t.programs or _programs(x.device), _programs(x.device))
+    kern.layer_chain[(programs,)](
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
-        BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=_programs(x.device), NEXT=q_rows > 0,
+        BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs, NEXT=q_rows > 0,
         EARLY=t.early_weights, TRIGGER=t.trigger_early, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 

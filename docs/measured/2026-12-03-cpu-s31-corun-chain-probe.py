@@ -9,7 +9,8 @@ use those factors (`configs/calibration/h200.toml` [overlap]). This probe measur
 a farm worker runs the stages (farm/workers.py): the AR engine on the main thread on a highest-priority stream, the
 acoustic evaluator looping on a thread of its own on a normal-priority stream.
 
-Printed for each AR path: ms per AR step at `ROWS` plan rows of a 450-token context alone and beside the acoustic
+AR paths: the chain as the engine runs it, the chain on 64 programs (`ChainTiling.programs`: the same ids, and
+only 64 SMs need to be free at once), the separate products. Printed for each: ms per AR step at `ROWS` plan rows of a 450-token context alone and beside the acoustic
 stage, ms per acoustic velocity evaluation alone and beside AR, and each side's share of its rate alone.
 Run from the repository root on the GPU machine after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
 python docs/measured/2026-12-03-cpu-s31-corun-chain-probe.py   (on a CPU box: `... --cpu out/tiny`, a smoke run)"""
@@ -18,12 +19,14 @@ import pathlib
 import sys
 import threading
 import time
+from dataclasses import replace
 
 import numpy as np
 import torch
 
 sys.path.insert(0, ".")
 from farm.bench.ar import bench_request  # noqa: E402
+from stages import layer_chain  # noqa: E402
 from stages.acoustic import AcousticEngine, chunk_tokens, song_noise  # noqa: E402
 from stages.ar import AREngine  # noqa: E402
 from stages.requests import open_checkpoint  # noqa: E402
@@ -98,11 +101,13 @@ def main() -> None:
     ac_alone = float(np.median(alone_ac)) * 1e3
     print(f"acoustic alone: {ac_alone:.2f} ms per velocity evaluation ({len(ids)} AR tokens, {frames} frames)",
           flush=True)
-    for chain in (True, False):
+    landed = layer_chain.TILING
+    for path, chain, tiling in (("chain", True, landed), ("chain on 64 programs", True, replace(landed, programs=64)),
+                                ("separate", False, landed)):
+        layer_chain.TILING = tiling             # read at each launch, so captured into this engine's graphs
         with ar_stream():
             engine = AREngine(net, cfg.tokens, kv_tokens=4 * cfg.model.context, cuda_graphs=cuda, compile=cuda,
                               chain=chain)
-            path = "chain" if engine.chain else "separate"
             alone = ar_step_ms(engine, cfg, cuda, f"alone-{path}")
             stop, beside_ac = threading.Event(), []
             worker = threading.Thread(target=acoustic_ms, args=(stop, beside_ac))
@@ -119,6 +124,7 @@ def main() -> None:
         del engine
         if cuda:
             torch.cuda.empty_cache()
+    layer_chain.TILING = landed
 
 
 if __name__ == "__main__":
