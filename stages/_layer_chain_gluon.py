@@ -242,12 +242,11 @@ def _done(counter, i):
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
              counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, TRIGGER: gl.constexpr):
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
-    if TRIGGER:                             # the kernel after may launch now (it waits for this one to finish)
-        _asm_zero(i, "griddepcontrol.launch_dependents;")
+    _asm_zero(i, "griddepcontrol.launch_dependents;")  # the kernel after may launch (it waits for this one)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
                     H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
     _done(counter, i)
@@ -268,8 +267,7 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
-                TRIGGER: gl.constexpr = True):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks
     [32, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the residual
@@ -277,8 +275,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up
     and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch),
     err: an int32 word that counts spins that gave up. NEXT: the next layer's q/k/v product runs too. EARLY: the
-    weight warp starts before the kernel before has finished. TRIGGER: the kernel after may launch as soon as
-    every program has started (else when this one ends)."""
+    weight warp starts before the kernel before has finished."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -309,8 +306,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT,
-                    TRIGGER)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT, EARLY)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,

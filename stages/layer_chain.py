@@ -34,8 +34,7 @@ class ChainTiling:
     depth of a weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows and an activation slot 64
     rows (the MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap
     the kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that
-    kernel has finished (both are what made the engine's step faster; docs/ar-engine.md); `trigger_early`: the
-    kernel after may launch as soon as every program has started, not only when the chain ends; `programs`: how many
+    kernel has finished (both are what made the engine's step faster; docs/ar-engine.md); `programs`: how many
     programs (at most one per SM) share the tiles. o/down tiles of 16 rows: 128 tiles on an H200's 132 programs
     (37.6 against 39.1 µs per layer at 32 rows, docs/benchmarks.md)."""
     bn_o: int = 16
@@ -47,7 +46,6 @@ class ChainTiling:
     xstages: int = 6
     pdl: bool = True
     early_weights: bool = True
-    trigger_early: bool = True
     programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
 
 
@@ -161,7 +159,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs, NEXT=q_rows > 0,
-        EARLY=t.early_weights, TRIGGER=t.trigger_early, num_warps=4, launch_pdl=t.pdl)
+        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 
 

@@ -8,8 +8,7 @@ For each variant a fresh chained engine on one loaded model, and the unchained e
 - determinism: the same three requests together twice, the ids compared;
 - ms per step at one row of the 450-token prompt (forced lengths).
 Variants (ChainTiling fields): the kernel as landed; the weight warp waiting for the kernel before
-(`early_weights=False`); the chain launched without programmatic dependent launch (`pdl=False`); both; the kernel
-after launched only when the chain ends (`trigger_early=False`, added in session s31); no PDL either way; and the
+(`early_weights=False`); the chain launched without programmatic dependent launch (`pdl=False`); both; and the
 landed kernel in an engine without CUDA graphs or torch.compile (eager launches); and (session s31) the o/down
 tiles of 32 rows that the chain had before 16 became the default.
 `python … [N …]` runs only the variants of those indices (0 = the control).
@@ -42,8 +41,6 @@ def main() -> None:
                 ("chain, weights after the kernel before", replace(landed, early_weights=False), True),
                 ("chain without PDL", replace(landed, pdl=False), True),
                 ("chain without PDL, weights after", replace(landed, pdl=False, early_weights=False), True),
-                ("chain, the kernel after launched at its end", replace(landed, trigger_early=False), True),
-                ("chain, no PDL either way", replace(landed, pdl=False, early_weights=False, trigger_early=False), True),
                 ("chain as landed, eager (no graphs, no compile)", landed, False),
                 ("chain, o/down tiles of 32 rows (session s30's)", replace(landed, bn_o=32, bn_d=32), True)]
     if len(sys.argv) > 1:
