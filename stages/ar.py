@@ -120,8 +120,9 @@ class AREngine:
         self._head, self._tail = step_weights.layer_halves(self.folded)
         self._best, self._norm = fast_sampling.best, rms_norm
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
-            self._best, self._norm, self._head, self._tail = (
-                shared(fast_sampling.best), shared(rms_norm), shared(self._head), shared(self._tail))
+            self._norm, self._head, self._tail = shared(rms_norm), shared(self._head), shared(self._tail)
+            if self.device.type != "cuda":     # on CUDA `best` is two Triton kernels already
+                self._best = shared(fast_sampling.reference_best)
         self.variants = vocab_spans.for_phases(layout, cfg.vocab_size)
         # each span's logits in a buffer of its own (the lm_head's product lands there; the draw reads it)
         self.span_logits = {span: self.next_logits if span == (0, cfg.vocab_size) else

@@ -138,11 +138,32 @@ def top(x: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return values, ids
 
 
-def best(logits: torch.Tensor, t: SlotTable, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def canonical_first(x: torch.Tensor, k: int) -> torch.Tensor:
+    """The columns of the first k scores of each row of x [S, W] in the canonical order (score descending, column
+    ascending) → [S, k] int64: what `best` selects on CUDA, and the reference its kernels are tested against."""
+    bits = x.float().contiguous().view(torch.int32)
+    ordered = torch.where(bits < 0, bits ^ 0x7FFFFFFF, bits).long()     # the scores' order as integers
+    col = torch.arange(x.shape[1], device=x.device)
+    packed = (ordered << 32) | (MASK32 - col)                              # no two equal: ties by column
+    return MASK32 - (packed.topk(k, dim=1).values & MASK32)
+
+
+def reference_best(logits: torch.Tensor, t: SlotTable, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """logits [S, W] of ids first … → each row's candidates (`top` of its `scores`), ids in the vocabulary's
-    numbering: the part of a step that torch.compile fuses."""
+    numbering, for every slot: what `best` does off CUDA (and what torch.compile fuses there)."""
     values, ids = top(scores(logits, t, first))
     return values, ids + first
+
+
+def best(logits: torch.Tensor, t: SlotTable, first: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+    """`reference_best`; on CUDA two Triton kernels (_topk_triton.py) for the slots that draw this step (active and
+    conditional), whose candidates are then exactly the first `CANDIDATES` of the span in the canonical order. The
+    other slots get −∞ candidates (`pick` books nothing for them)."""
+    if logits.is_cuda and logits.shape[1] >= CANDIDATES:
+        from ._topk_triton import launch
+
+        return launch(logits, t, first, CANDIDATES)
+    return reference_best(logits, t, first)
 
 
 def keep(values: torch.Tensor, ids: torch.Tensor, t: SlotTable) -> tuple[torch.Tensor, torch.Tensor]:

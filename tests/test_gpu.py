@@ -115,6 +115,37 @@ def test_pick_kernel_equals_the_pytorch_sampler_on_the_gpu():
         t.active.copy_(go)
 
 
+@pytest.mark.parametrize("span", [(0, 151_424), (151_389, 184_704)])
+def test_candidate_kernels_equal_the_pytorch_scores_on_the_gpu(span):
+    """`fast_sampling.best` on CUDA (two Triton kernels) against `scores` in PyTorch and the canonical first 256, on
+    yue2-3b-sized spans: 32 slots, CFG pairs, penalties, greedy rows, ties, inactive slots; bit for bit."""
+    from stages import fast_sampling as fs
+
+    first, last = span
+    slots, vocab, width = 32, 184704, last - first
+    g = torch.Generator(device="cuda").manual_seed(1)
+    t = fs.SlotTable.empty(slots, vocab, "cuda")
+    for r in range(slots):
+        cfg = r % 4 < 2                          # slots 4i (conditional) and 4i + 1 (its unconditional half)
+        t.set_slot(r, {"temperature": (0.7, 1.0, 0.0, 1.3)[r % 4], "penalty": (1.005, 1.2, 1.1, 1.0)[r % 4],
+                       "window": 1 + 9 * r, "min_tokens": 3, "max_tokens": 10_000, "end": first + r,
+                       "lo": first + 40 + r, "hi": last - r, "cfg_scale": 1.5, "use_cfg": r % 4 == 0,
+                       "partner": r + 1 if r % 4 == 0 else r, "owner": r - 1 if r % 4 == 1 else r,
+                       "is_cond": r % 4 != 1 or not cfg, "active": r % 7 != 6, "key": r})
+    drawing = t.active & t.is_cond
+    for step in range(8):
+        logits = (torch.randn(slots, width, device="cuda", generator=g) * 3).bfloat16()
+        logits[2, 8000:20000] = 5.0
+        values, ids = fs.best(logits, t, first)
+        x = fs.scores(logits, t, first)
+        want = fs.canonical_first(x, fs.CANDIDATES)
+        got, order = (ids - first).sort(dim=1)
+        assert torch.equal(got[drawing], want[drawing].sort(dim=1).values), step
+        assert torch.equal(values.gather(1, order)[drawing], x.gather(1, got)[drawing]), step
+        assert torch.isinf(values[~drawing]).all() and (ids[~drawing] == first).all()
+        fs.book(t, first + 40 + torch.randint(0, 200, (slots,), device="cuda", generator=g))
+
+
 @pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("sampler", ["fast", "exact"])
 def test_graph_step_equals_eager_step(gpu_model, sampler, chain):

@@ -149,6 +149,39 @@ PICK = textwrap.dedent("""
 """)
 
 
+CANDIDATES = textwrap.dedent("""
+    import torch
+    from stages import fast_sampling as fs
+    from stages._topk_triton import CHUNK, launch
+    torch.manual_seed(0)
+    slots, vocab, first, width = 8, 30000, 1000, 2 * CHUNK + 3000     # three chunks, the last one short
+    t = fs.SlotTable.empty(slots, vocab, "cpu")
+    for r in range(slots):   # CFG pairs 0/1 and 3/4; 5 inactive; penalties exact in the interpreter (powers of two)
+        t.set_slot(r, {"temperature": [0.7, 1, 0, 1.3, 1, 0.9, 1, 2][r], "penalty": [2, 1, 0.5, 2, 1, 2, 1, 0.5][r],
+                       "window": 50, "min_tokens": 3 + 2 * (r == 7), "max_tokens": 100, "end": first + 7 * r,
+                       "lo": first + 100 * r, "hi": first + width - 50 * r, "cfg_scale": 1.5, "use_cfg": r in (0, 3),
+                       "partner": {0: 1, 3: 4}.get(r, r), "owner": {1: 0, 4: 3}.get(r, r), "is_cond": r not in (1, 4),
+                       "active": r != 5, "key": r, "count": 0})
+    for step in range(6):                      # windows with ids in them (some twice)
+        fs.book(t, first + 200 + torch.randint(0, 30, (slots,)))
+    logits = (torch.randn(slots, width) * 3).bfloat16()
+    logits[2, CHUNK - 2000:CHUNK + 2000] = 7.0      # ties across a chunk border
+    logits[6] = 1.0                                 # a row of ties
+    values, ids = launch(logits, t, first, fs.CANDIDATES)
+    x = fs.scores(logits, t, first)
+    drawing = t.active & t.is_cond
+    want = fs.canonical_first(x, fs.CANDIDATES)
+    for r in range(slots):
+        if not drawing[r]:
+            assert torch.isinf(values[r]).all() and (ids[r] == first).all(), r
+            continue
+        got, order = (ids[r] - first).sort()
+        assert torch.equal(got, want[r].sort().values), r
+        assert torch.equal(values[r][order], x[r, got]), r     # the scores bit for bit
+    print("ok", int(drawing.sum()))
+""")
+
+
 def _interpret(code: str) -> str:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.getcwd()}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
@@ -187,3 +220,10 @@ def test_sampler_pick_kernel():
     own window and counter) against `keep`, `race` and `book`: 16 steps of 12 slots under six settings (greedy,
     top_p 1, legacy min_keep, tiny windows that fill and evict), inactive and unconditional slots among them."""
     assert _interpret(PICK).startswith("ok")
+
+
+def test_candidate_kernels():
+    """The two kernels behind `fast_sampling.best` on CUDA (the scores and each drawing slot's best ids, in chunks
+    then per row) against `scores` and the canonical first 256: CFG pairs, penalties, min_tokens, greedy, ties
+    across a chunk border and a row of ties, inactive and unconditional slots skipped."""
+    assert _interpret(CANDIDATES).startswith("ok 5")

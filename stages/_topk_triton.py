@@ -1,0 +1,151 @@
+"""The Triton kernels behind `fast_sampling.best` on CUDA (imported only there, or in the interpreter): each drawing
+row's scores and its `CANDIDATES` best ids in two launches, where PyTorch took ~25 (the scores' fused kernels, then
+a radix top-k of four passes over every slot's whole span: ~125 µs of a one-row step on an H200).
+
+- `chunk_best`, one program per (slot, chunk of the span): the scores of `fast_sampling.scores` for the chunk — CFG
+  combine, allowed ids, min_tokens, window penalty, temperature — with the same roundings, then the chunk's K best by
+  their order-preserving 32-bit keys: the K-th largest key by bisection (32 counts over the chunk), every key above
+  it, and the lowest columns among the keys equal to it. Stored in column order.
+- `row_best`, one program per slot: the same selection over its chunks' candidates, which lie in column order, so
+  ties again go to the lowest ids.
+So a row's K candidates are exactly the first K of its span in the canonical order (score descending, id ascending),
+found from its own scores only (batch invariance). Slots that draw nothing this step (inactive, or the
+unconditional half of a CFG pair) are skipped: their candidates are −∞ at the span's first id, never read.
+"""
+import torch
+import triton
+import triton.language as tl
+from triton.language.extra import libdevice
+
+NEG = tl.constexpr(-2147483648)    # below the key of −∞: what padding columns are given
+CHUNK = 8192         # columns per program of `chunk_best`
+
+
+@triton.jit
+def _key(v):
+    """FP32 → int32 with the same order (−∞ lowest)."""
+    bits = v.to(tl.int32, bitcast=True)
+    return tl.where(bits < 0, bits ^ 0x7FFFFFFF, bits)
+
+
+@triton.jit
+def _select(key, K: tl.constexpr):
+    """Which of `key` (≥ K of them) are the K largest, ties at the K-th going to the first positions; and the
+    position among the chosen of each chosen one (in the order of `key`)."""
+    lo = tl.min(key, 0).to(tl.int64)
+    hi = tl.max(key, 0).to(tl.int64)
+    for _ in range(32):   # the largest t with at least K keys ≥ t; mid stays within int32
+        mid = lo + (hi - lo + 1) // 2
+        ok = tl.sum((key >= mid.to(tl.int32)).to(tl.int32), 0) >= K
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
+    kth = lo.to(tl.int32)
+    above = key > kth
+    tie = key == kth
+    chosen = above | (tie & (tl.cumsum(tie.to(tl.int32), 0) <= K - tl.sum(above.to(tl.int32), 0)))
+    return chosen, tl.cumsum(chosen.to(tl.int32), 0) - 1
+
+
+@triton.jit
+def _round(v, BF16: tl.constexpr):
+    """FP32 rounded to BF16 (to nearest, ties to even) and back, by its bits: the interpreter's own conversion
+    truncates."""
+    if BF16:
+        bits = v.to(tl.int32, bitcast=True)
+        bits = (bits + 0x7FFF + ((bits >> 16) & 1)) & -65536
+        return bits.to(tl.float32, bitcast=True)
+    return v
+
+
+@triton.jit
+def _div(a, b, PRECISE: tl.constexpr):
+    """IEEE division as PyTorch's; the interpreter's is already."""
+    if PRECISE:
+        return tl.math.div_rn(a, b)
+    return a / b
+
+
+@triton.jit
+def _pow(a, b, PRECISE: tl.constexpr):
+    """powf as PyTorch computes it on CUDA (libdevice); exp2 · log2 in the interpreter."""
+    if PRECISE:
+        return libdevice.pow(a, b)
+    return tl.exp2(b * tl.log2(a))
+
+
+@triton.jit
+def chunk_best(L, PARTNER, CFG, USE_CFG, END, LO, HI, COUNT, MIN_TOKENS, COUNTS, PENALTY, TEMP, ACTIVE, IS_COND,
+               OUT_V, OUT_C, W, first, s_l, s_counts, s_out, CHUNK: tl.constexpr, K: tl.constexpr,
+               BF16: tl.constexpr, PRECISE: tl.constexpr, PDL: tl.constexpr):
+    r = tl.program_id(0)
+    c = tl.program_id(1)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    if tl.load(ACTIVE + r).to(tl.int1) & tl.load(IS_COND + r).to(tl.int1):
+        col = c * CHUNK + tl.arange(0, CHUNK)
+        valid = col < W
+        ids = first + col
+        x = tl.load(L + r * s_l + col, mask=valid, other=0.0).to(tl.float32)
+        if tl.load(USE_CFG + r).to(tl.int1):     # fast_sampling.scores, rounded to the logits' dtype where it is
+            u = tl.load(L + tl.load(PARTNER + r) * s_l + col, mask=valid, other=0.0).to(tl.float32)
+            diff = _round(x - u, BF16)
+            x = _round(u + _round(tl.load(CFG + r) * diff, BF16), BF16)
+        end = tl.load(END + r)
+        allowed = ((ids >= tl.load(LO + r)) & (ids < tl.load(HI + r))) | (ids == end)
+        allowed = allowed & ~((ids == end) & (tl.load(COUNT + r) < tl.load(MIN_TOKENS + r)))
+        x = tl.where(allowed, x, float("-inf"))
+        seen = tl.load(COUNTS + r * s_counts + ids, mask=valid, other=0.0)   # > 0 exactly for ids in the window
+        factor = _pow(tl.load(PENALTY + r) + tl.zeros_like(seen), seen, PRECISE)
+        x = tl.where(seen > 0, tl.where(x < 0, x * factor, _div(x, factor, PRECISE)), x)
+        temp = tl.load(TEMP + r)
+        x = _div(x, tl.where(temp == 0, 1.0, temp) + tl.zeros_like(x), PRECISE)
+        key = tl.where(valid, _key(x), NEG)
+        chosen, at = _select(key, K)
+        out = r * s_out + c * K + at
+        tl.store(OUT_V + out, x, mask=chosen)
+        tl.store(OUT_C + out, col, mask=chosen)
+
+
+@triton.jit
+def row_best(IN_V, IN_C, ACTIVE, IS_COND, VALUES, IDS, first, n, s_in, s_v, s_i, BLOCK: tl.constexpr,
+             K: tl.constexpr, PDL: tl.constexpr):
+    r = tl.program_id(0)
+    if PDL:
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
+    rank = tl.arange(0, K)
+    if tl.load(ACTIVE + r).to(tl.int1) & tl.load(IS_COND + r).to(tl.int1):
+        i = tl.arange(0, BLOCK)
+        valid = i < n
+        v = tl.load(IN_V + r * s_in + i, mask=valid, other=float("-inf"))
+        col = tl.load(IN_C + r * s_in + i, mask=valid, other=0)
+        chosen, at = _select(tl.where(valid, _key(v), NEG), K)
+        tl.store(VALUES + r * s_v + at, v, mask=chosen)
+        tl.store(IDS + r * s_i + at, first + col.to(tl.int64), mask=chosen)
+    else:
+        tl.store(VALUES + r * s_v + rank, tl.full([K], float("-inf"), tl.float32))
+        tl.store(IDS + r * s_i + rank, tl.full([K], 0, tl.int64) + first)
+
+
+def launch(logits: torch.Tensor, t, first: int, k: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """logits [S, W] of the ids first … first + W − 1 (W ≥ k) → each drawing slot's k best (values [S, k] FP32, ids
+    [S, k] int64), in no particular order."""
+    from .skinny_gemm import pdl
+
+    assert logits.dtype in (torch.bfloat16, torch.float32), logits.dtype
+    slots, width = logits.shape
+    chunks = triton.cdiv(width, CHUNK)
+    part_v = torch.empty(slots, chunks * k, dtype=torch.float32, device=logits.device)
+    part_c = torch.empty(slots, chunks * k, dtype=torch.int32, device=logits.device)
+    values = torch.empty(slots, k, dtype=torch.float32, device=logits.device)
+    ids = torch.empty(slots, k, dtype=torch.long, device=logits.device)
+    precise, early = logits.is_cuda, pdl(logits.device)
+    chunk_best[(slots, chunks)](
+        logits, t.partner, t.cfg_scale, t.use_cfg, t.end, t.lo, t.hi, t.count, t.min_tokens, t.counts, t.penalty,
+        t.temperature, t.active, t.is_cond, part_v, part_c, width, first, logits.stride(0), t.counts.stride(0),
+        part_v.stride(0), CHUNK=CHUNK, K=k, BF16=logits.dtype == torch.bfloat16, PRECISE=precise, PDL=early, num_warps=8, launch_pdl=early)
+    row_best[(slots,)](
+        part_v, part_c, t.active, t.is_cond, values, ids, first, chunks * k, part_v.stride(0), values.stride(0),
+        ids.stride(0), BLOCK=triton.next_power_of_2(chunks * k), K=k, PDL=early, num_warps=16, launch_pdl=early)
+    return values, ids
