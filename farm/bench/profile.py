@@ -5,8 +5,8 @@ the PyTorch profiler (CUPTI sees the kernels inside a CUDA graph). Kernel times 
 divided by the steps. Our kernels are launched early (programmatic dependent launch) and wait for the kernel before
 them, and that wait counts in their durations: the durations overlap and can sum to more than the wall time, so
 the kernels that do not overlap (cuBLAS, PyTorch's, Inductor's) are the ones to read as time. The kinds follow the
-kernels' names: ours carry their Triton function names; the lm_head is cuBLAS; the sampler is Inductor's kernels,
-PyTorch's top-k and our `pick`. Not responsible for the floors (ar.py).
+kernels' names: ours carry their Triton function names; the lm_head is cuBLAS; the sampler is our candidate
+kernels (`chunk_best`, `row_best`; PyTorch's top-k where they do not run) and our `pick`. Not responsible for the floors (ar.py).
 """
 from __future__ import annotations
 
@@ -19,7 +19,7 @@ KINDS = (("layer chain (o, gate/up, down, next q/k/v)", r"layer_chain"),
          ("GEMMs of the layers (skinny)", r"skinny_gemm"),
          ("decode attention", r"split_kv_attention|merge_and_store"),
          ("lm_head (cuBLAS)", r"gemm|gemv|nvjet|cutlass|xmma|cublas"),
-         ("top-k / sort", r"topk|sort|radix|Sort|gatherTopK|bitonic"),
+         ("candidates (scores, top-256)", r"chunk_best|row_best|topk|sort|radix|Sort|gatherTopK|bitonic"),
          ("other (sampler pieces, embedding, norms, copies)", r""))
 
 
