@@ -3,7 +3,8 @@
 (`reference_best` under torch.compile: the scores' fused kernels and a radix top-k), each captured as a CUDA graph
 of 16 calls and replayed. µs per call for one drawing slot and for all 32, on the yue2-3b plan and semantic spans,
 and whether each variant's candidates are the canonical first 256 (`canonical_first`).
-Run from the repository root: python docs/measured/2026-12-03-cpu-s32-candidates-probe.py"""
+Run from the repository root: python docs/measured/2026-12-03-cpu-s32-candidates-probe.py [--probes]
+(the first run had one threshold per pass: `…-h200-s32-candidates-probe.log`; `--probes`, several)"""
 import sys
 
 import torch
@@ -15,7 +16,12 @@ from stages.compiled import shared  # noqa: E402
 
 SLOTS, VOCAB, CALLS = 32, 184704, 16
 SPANS = {"plan": (0, 151_424), "semantic": (151_389, 184_704)}
-VARIANTS = [(8192, 8, 16), (8192, 4, 8), (4096, 4, 16), (4096, 8, 8), (2048, 4, 16), (2048, 2, 8), (16384, 8, 8)]
+# (columns per chunk, warps per chunk program, warps per row program, thresholds per pass of the search)
+VARIANTS = [(8192, 8, 16, 1), (8192, 4, 8, 1), (4096, 4, 16, 1), (4096, 8, 8, 1), (2048, 4, 16, 1), (2048, 2, 8, 1),
+            (16384, 8, 8, 1)]
+if "--probes" in sys.argv:   # the second run: several thresholds per pass
+    VARIANTS = [(4096, 8, 8, 1), (4096, 8, 8, 2), (4096, 8, 8, 4), (4096, 8, 8, 8), (4096, 8, 8, 16), (8192, 8, 16, 8),
+                (2048, 4, 16, 8), (2048, 4, 8, 4)]
 
 
 def table(drawing: int) -> fs.SlotTable:
@@ -56,11 +62,12 @@ def main() -> None:
             print(f"{name} span ({last - first} ids), {drawing} drawing slot(s) of {SLOTS}:")
             print(f"  compiled scores + torch.topk           {timed(lambda: compiled(logits, t, first)):7.1f} µs")
             want = fs.canonical_first(fs.scores(logits, t, first), fs.CANDIDATES)[:drawing].sort(dim=1).values
-            for chunk, warps, row_warps in VARIANTS:
-                kern.CHUNK, kern.CHUNK_WARPS, kern.ROW_WARPS = chunk, warps, row_warps
+            for chunk, warps, row_warps, probes in VARIANTS:
+                kern.CHUNK, kern.CHUNK_WARPS, kern.ROW_WARPS, kern.PROBES = chunk, warps, row_warps, probes
                 ok = torch.equal((fs.best(logits, t, first)[1][:drawing] - first).sort(dim=1).values, want)
                 us = timed(lambda: fs.best(logits, t, first))
-                print(f"  chunk {chunk:5d} × {warps} warps, row {row_warps:2d} warps   {us:7.1f} µs   canonical: {ok}")
+                print(f"  chunk {chunk:5d} × {warps} warps, row {row_warps:2d} warps, {probes:2d} probes   {us:7.1f} µs"
+                      f"   canonical: {ok}")
 
 
 if __name__ == "__main__":
