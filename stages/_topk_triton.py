@@ -20,7 +20,6 @@ from triton.language.extra import libdevice
 NEG = tl.constexpr(-2147483648)    # below the key of −∞: what padding columns are given
 CHUNK, CHUNK_WARPS = 4096, 8    # columns and warps per program of `chunk_best` (measured best, 2026-12-03)
 ROW_WARPS = 8                   # warps per program of `row_best`
-PROBES = 1                      # thresholds counted per pass of the search
 
 
 @triton.jit
@@ -31,20 +30,19 @@ def _key(v):
 
 
 @triton.jit
-def _select(key, K: tl.constexpr, PROBES: tl.constexpr):
+def _select(key, K: tl.constexpr):
     """Which of `key` (≥ K of them) are the K largest, ties at the K-th going to the first positions; and the
     position among the chosen of each chosen one (in the order of `key`)."""
-    # the largest t with at least K keys ≥ t: a search between the least of K group maxima (each group has a key
-    # ≥ it) and the greatest key, PROBES thresholds counted per pass (each pass is one block-wide reduction, the
-    # cost that matters); every probe lies in lo + 1 … hi, so within int32
+    # the largest t with at least K keys ≥ t, by bisection between the least of K group maxima (each group has a
+    # key ≥ it) and the greatest key; mid stays within int32. Counting several thresholds per pass was slower
+    # (docs/benchmarks.md, 2026-12-03 third session): the passes cost their compares, not their barriers.
     lo = tl.min(tl.max(tl.reshape(key, [K, key.shape[0] // K]), 1), 0).to(tl.int64)
     hi = tl.max(key, 0).to(tl.int64)
-    j = tl.arange(0, PROBES).to(tl.int64)
     while lo < hi:
-        probe = lo + ((hi - lo) * (j + 1) + PROBES) // (PROBES + 1)
-        ok = tl.sum((key[None, :] >= probe.to(tl.int32)[:, None]).to(tl.int32), 1) >= K
-        lo = tl.max(tl.where(ok, probe, lo), 0)
-        hi = tl.min(tl.where(ok, hi, probe - 1), 0)
+        mid = lo + (hi - lo + 1) // 2
+        ok = tl.sum((key >= mid.to(tl.int32)).to(tl.int32), 0) >= K
+        lo = tl.where(ok, mid, lo)
+        hi = tl.where(ok, hi, mid - 1)
     kth = lo.to(tl.int32)
     above = key > kth
     tie = key == kth
@@ -82,7 +80,7 @@ def _pow(a, b, PRECISE: tl.constexpr):
 @triton.jit
 def chunk_best(L, PARTNER, CFG, USE_CFG, END, LO, HI, COUNT, MIN_TOKENS, COUNTS, PENALTY, TEMP, ACTIVE, IS_COND,
                OUT_V, OUT_C, W, first, s_l, s_counts, s_out, CHUNK: tl.constexpr, K: tl.constexpr,
-               BF16: tl.constexpr, PRECISE: tl.constexpr, PDL: tl.constexpr, PROBES: tl.constexpr):
+               BF16: tl.constexpr, PRECISE: tl.constexpr, PDL: tl.constexpr):
     r = tl.program_id(0)
     c = tl.program_id(1)
     if PDL:
@@ -107,7 +105,7 @@ def chunk_best(L, PARTNER, CFG, USE_CFG, END, LO, HI, COUNT, MIN_TOKENS, COUNTS,
         temp = tl.load(TEMP + r)
         x = _div(x, tl.where(temp == 0, 1.0, temp) + tl.zeros_like(x), PRECISE)
         key = tl.where(valid, _key(x), NEG)
-        chosen, at = _select(key, K, PROBES)
+        chosen, at = _select(key, K)
         out = r * s_out + c * K + at
         tl.store(OUT_V + out, x, mask=chosen)
         tl.store(OUT_C + out, col, mask=chosen)
@@ -115,7 +113,7 @@ def chunk_best(L, PARTNER, CFG, USE_CFG, END, LO, HI, COUNT, MIN_TOKENS, COUNTS,
 
 @triton.jit
 def row_best(IN_V, IN_C, ACTIVE, IS_COND, VALUES, IDS, first, n, s_in, s_v, s_i, BLOCK: tl.constexpr,
-             K: tl.constexpr, PDL: tl.constexpr, PROBES: tl.constexpr):
+             K: tl.constexpr, PDL: tl.constexpr):
     r = tl.program_id(0)
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -126,7 +124,7 @@ def row_best(IN_V, IN_C, ACTIVE, IS_COND, VALUES, IDS, first, n, s_in, s_v, s_i,
         valid = i < n
         v = tl.load(IN_V + r * s_in + i, mask=valid, other=float("-inf"))
         col = tl.load(IN_C + r * s_in + i, mask=valid, other=0)
-        chosen, at = _select(tl.where(valid, _key(v), NEG), K, PROBES)
+        chosen, at = _select(tl.where(valid, _key(v), NEG), K)
         tl.store(VALUES + r * s_v + at, v, mask=chosen)
         tl.store(IDS + r * s_i + at, first + col.to(tl.int64), mask=chosen)
     else:
@@ -150,10 +148,9 @@ def launch(logits: torch.Tensor, t, first: int, k: int) -> tuple[torch.Tensor, t
     chunk_best[(slots, chunks)](
         logits, t.partner, t.cfg_scale, t.use_cfg, t.end, t.lo, t.hi, t.count, t.min_tokens, t.counts, t.penalty,
         t.temperature, t.active, t.is_cond, part_v, part_c, width, first, logits.stride(0), t.counts.stride(0),
-        part_v.stride(0), CHUNK=CHUNK, K=k, BF16=logits.dtype == torch.bfloat16, PRECISE=precise, PDL=early, PROBES=PROBES, num_warps=CHUNK_WARPS,
-        launch_pdl=early)
+        part_v.stride(0), CHUNK=CHUNK, K=k, BF16=logits.dtype == torch.bfloat16, PRECISE=precise, PDL=early,
+        num_warps=CHUNK_WARPS, launch_pdl=early)
     row_best[(slots,)](
         part_v, part_c, t.active, t.is_cond, values, ids, first, chunks * k, part_v.stride(0), values.stride(0),
-        ids.stride(0), BLOCK=triton.next_power_of_2(chunks * k), K=k, PDL=early, PROBES=PROBES, num_warps=ROW_WARPS,
-        launch_pdl=early)
+        ids.stride(0), BLOCK=triton.next_power_of_2(chunks * k), K=k, PDL=early, num_warps=ROW_WARPS, launch_pdl=early)
     return values, ids
