@@ -6,7 +6,8 @@ divided by the steps. Our kernels are launched early (programmatic dependent lau
 them, and that wait counts in their durations: the durations overlap and can sum to more than the wall time, so
 the kernels that do not overlap (cuBLAS, PyTorch's, Inductor's) are the ones to read as time. The kinds follow the
 kernels' names: ours carry their Triton function names; the lm_head is cuBLAS; the sampler is our candidate
-kernels (`chunk_best`, `row_best`; PyTorch's top-k where they do not run) and our `pick`. Not responsible for the floors (ar.py).
+kernels (`chunk_best`, `row_best`; PyTorch's top-k where they do not run) and our `pick`. Not responsible for the
+floors (ar.py).
 """
 from __future__ import annotations
 
