@@ -4,8 +4,8 @@ a radix top-k of four passes over every slot's whole span: ~125 µs of a one-row
 
 - `chunk_best`, one program per (slot, chunk of the span): the scores of `fast_sampling.scores` for the chunk — CFG
   combine, allowed ids, min_tokens, window penalty, temperature — with the same roundings, then the chunk's K best by
-  their order-preserving 32-bit keys: the K-th largest key by bisection (32 counts over the chunk), every key above
-  it, and the lowest columns among the keys equal to it. Stored in column order.
+  their order-preserving 32-bit keys: the K-th largest key by bisection (at most 32 counts over the chunk), every
+  key above it, and the lowest columns among the keys equal to it. Stored in column order.
 - `row_best`, one program per slot: the same selection over its chunks' candidates, which lie in column order, so
   ties again go to the lowest ids.
 So a row's K candidates are exactly the first K of its span in the canonical order (score descending, id ascending),
