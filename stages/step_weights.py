@@ -35,9 +35,14 @@ def for_format(model: YuE2, weight_format: str = "bf16") -> list[BranchWeights]:
                                   gate_up=q(w.gate_up, (len(w.gate_up) // 2,) * 2), down=q(w.down, (len(w.down),)))
                           for w in plain]
         else:
-            cache[key] = [replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
-                                  gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm)) for w in plain]
+            cache[key] = [_folded(w) for w in plain]
     return cache[key]
+
+
+def _folded(w: BranchWeights) -> BranchWeights:
+    """A layer with its RMSNorm weights folded into q/k/v and gate/up (the bf16 step's matrices)."""
+    return replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
+                   gate_up=skinny_gemm.fold_norm(w.gate_up, w.post_norm))
 
 
 def for_chain(model: YuE2) -> list[BranchWeights]:
@@ -48,10 +53,8 @@ def for_chain(model: YuE2) -> list[BranchWeights]:
 
     cache = model.__dict__.setdefault("_branches", {})
     if "ar-step-bf16-chain" not in cache:
-        cache["ar-step-bf16-chain"] = [
-            replace(w, qkv=skinny_gemm.fold_norm(w.qkv, w.in_norm),
-                    gate_up=layer_chain.pair_rows(skinny_gemm.fold_norm(w.gate_up, w.post_norm)))
-            for w in branch_weights(model, AR)]
+        cache["ar-step-bf16-chain"] = [replace(f, gate_up=layer_chain.pair_rows(f.gate_up))
+                                       for f in map(_folded, branch_weights(model, AR))]
     return cache["ar-step-bf16-chain"]
 
 

@@ -126,12 +126,11 @@ def test_candidate_kernels_equal_the_pytorch_scores_on_the_gpu(span):
     g = torch.Generator(device="cuda").manual_seed(1)
     t = fs.SlotTable.empty(slots, vocab, "cuda")
     for r in range(slots):
-        cfg = r % 4 < 2                          # slots 4i (conditional) and 4i + 1 (its unconditional half)
         t.set_slot(r, {"temperature": (0.7, 1.0, 0.0, 1.3)[r % 4], "penalty": (1.005, 1.2, 1.1, 1.0)[r % 4],
                        "window": 1 + 9 * r, "min_tokens": 3, "max_tokens": 10_000, "end": first + r,
                        "lo": first + 40 + r, "hi": last - r, "cfg_scale": 1.5, "use_cfg": r % 4 == 0,
                        "partner": r + 1 if r % 4 == 0 else r, "owner": r - 1 if r % 4 == 1 else r,
-                       "is_cond": r % 4 != 1 or not cfg, "active": r % 7 != 6, "key": r})
+                       "is_cond": r % 4 != 1, "active": r % 7 != 6, "key": r})   # 4i + 1: 4i's unconditional half
     drawing = t.active & t.is_cond
     for step in range(8):
         logits = (torch.randn(slots, width, device="cuda", generator=g) * 3).bfloat16()
