@@ -8,10 +8,8 @@ drain that the weight stream does not cover (docs/ar-engine.md). Here every prog
   each [BN, BK] piece with TMA into a ring of STAGES slots. It waits only for a free slot, never for the other
   programs, so the next product's weights are on their way while the grid waits for the product before;
 - an *activation* warp waits until every program has finished the product whose output is the next one's input
-  (that product's grid-wide counter, acquire loads), then copies the input's k-tiles with TMA into a ring of
-  XSTAGES slots — only the step's live rows, in groups of XROWS (the `live` word), since every program reads every
-  k-tile of x for each of its tiles and at one live row 31 of 32 copied rows were idle slots' (rows 32-63 of each
-  slot stay zero: the warpgroup MMA's M is 64);
+  (that product's grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a
+  ring of XSTAGES slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
 - a *signal* warp waits for the same counts, computes the norm factors the next product needs into shared memory
   and arrives on that product's `ready` barrier, so the consumer gets them without a global round trip;
 - the *consumer* warpgroup multiplies acc[64, BN] += x[64, BK] · w[BN, BK]ᵀ, runs the epilogue with the rounding
@@ -56,13 +54,6 @@ def _asm_zero(v, ASM: gl.constexpr):
 @gluon.jit
 def _wait_kernel_before(v):
     return _asm_zero(v, "griddepcontrol.wait;")
-
-
-@gluon.jit
-def _rows(live, M):
-    """The rows this launch computes: the step's live-row word (`layer_chain.set_rows`), at most the tensors' M.
-    Read after griddepcontrol.wait, so the host's last write to it is seen."""
-    return gl.minimum(gl.load(live), M)
 
 
 @gluon.jit
@@ -116,39 +107,33 @@ def weight_warp(wo, wgu, wd, wq, ring, full, empty, pid, H: gl.constexpr, I: gl.
 # ---- the activation warp ---------------------------------------------------------------------------------------
 
 @gluon.jit
-def _activations(desc, xs, xfull, xempty, j, pid, groups, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
-                 BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr, XROWS: gl.constexpr):
-    """Copies the first `groups` · XROWS rows of each k-tile the program's tiles multiply; the slot's other rows
-    keep what they held (zeros, or rows of an earlier k-tile: outputs of rows that are not stored)."""
+def _activations(desc, xs, xfull, xempty, j, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
+                 BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr):
     for tile in range(pid, N // BN, G):
         for k in range(K // BK):
             s = j % XSTAGES
             mbarrier.wait(xempty.index(s), ((j // XSTAGES) & 1) ^ 1)
-            for n in gl.static_range(1, ROWS // XROWS + 1):    # one arrive that expects all the groups' bytes
-                mbarrier.expect(xfull.index(s), n * XROWS * BK * 2, pred=groups == n)
-            for g in gl.static_range(ROWS // XROWS):
-                tma.async_copy_global_to_shared(desc, [g * XROWS, k * BK], xfull.index(s),
-                                                xs.index(s).slice(g * XROWS, XROWS), pred=g < groups)
+            mbarrier.expect(xfull.index(s), ROWS * BK * 2)
+            tma.async_copy_global_to_shared(desc, [0, k * BK], xfull.index(s), xs.index(s).slice(0, ROWS))
             j += 1
     return j
 
 
 @gluon.jit
-def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, live, M, pid, H: gl.constexpr, I: gl.constexpr,
+def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.constexpr, I: gl.constexpr,
                     Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr,
                     BN_Q: gl.constexpr, BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr,
-                    NEXT: gl.constexpr, XROWS: gl.constexpr):
+                    NEXT: gl.constexpr):
     j = pid * 0
     _asm_zero(_wait_kernel_before(j), "fence.proxy.async.global;")    # TMA reads what the kernel before stored
-    groups = (_rows(live, M) + XROWS - 1) // XROWS
-    j = _activations(xa, xs, xfull, xempty, j, pid, groups, H, H, BN_O, BK, XSTAGES, G, XROWS)
+    j = _activations(xa, xs, xfull, xempty, j, pid, H, H, BN_O, BK, XSTAGES, G)
     _wait_counter(counter, err, G)
-    j = _activations(xh, xs, xfull, xempty, j, pid, groups, I, H, BN_GU, BK, XSTAGES, G, XROWS)
+    j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
     _wait_counter(counter + 1, err, G)
-    j = _activations(xg, xs, xfull, xempty, j, pid, groups, H, I, BN_D, BK, XSTAGES, G, XROWS)
+    j = _activations(xg, xs, xfull, xempty, j, pid, H, I, BN_D, BK, XSTAGES, G)
     if NEXT:
         _wait_counter(counter + 2, err, G)
-        j = _activations(xn, xs, xfull, xempty, j, pid, groups, Q, H, BN_Q, BK, XSTAGES, G, XROWS)
+        j = _activations(xn, xs, xfull, xempty, j, pid, Q, H, BN_Q, BK, XSTAGES, G)
 
 
 # ---- the signal warp -------------------------------------------------------------------------------------------
@@ -169,13 +154,12 @@ def _factor(sq, fac, M, eps, K: gl.constexpr, TILES: gl.constexpr):
 
 
 @gluon.jit
-def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, live, M, eps, H: gl.constexpr, BN_O: gl.constexpr,
+def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.constexpr, BN_O: gl.constexpr,
                 BN_D: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     """Waits (acquire) for each product to be finished by every program, computes the norm factors the next
     product needs, then arrives on that product's `ready` barrier: the consumer's plain loads of other programs'
     outputs (the factors) come after it, with no global round trip of the consumer's own."""
     _wait_kernel_before(G * 0)
-    M = _rows(live, M)
     _wait_counter(counter, err, G)
     _factor(sq_h, fac_h, M, eps, H, H // BN_O)
     mbarrier.arrive(ready.index(1))
@@ -256,13 +240,12 @@ def _done(counter, i):
 
 @gluon.jit
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
-             counter, err, live, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
+             counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
-    M = _rows(live, M)
     _asm_zero(i, "griddepcontrol.launch_dependents;")  # the kernel after may launch (it waits for this one)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
                     H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
@@ -281,20 +264,18 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 
 
 @gluon.jit
-def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, live,
-                M, eps, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
+def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
+                H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, XROWS: gl.constexpr,
-                EARLY: gl.constexpr = True):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks
-    [XROWS, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the
-    residual the o product adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h
-    [H / BN_O, 32], sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms
-    before gate/up and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero
-    at launch), err: an int32 word that counts spins that gave up; live: an int32 word, the rows to compute (rows
-    from it up to M are neither read nor written: a step's idle slots cost no activation traffic). NEXT: the next
-    layer's q/k/v product runs too. EARLY: the weight warp starts before the kernel before has finished."""
+    [32, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the residual
+    the o product adds; h_out [M, H], g_out [M, I], x_out [M, H], q_out [M, Q]: the outputs; sq_h [H / BN_O, 32],
+    sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up
+    and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch),
+    err: an int32 word that counts spins that gave up. NEXT: the next layer's q/k/v product runs too. EARLY: the
+    weight warp starts before the kernel before has finished."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -325,13 +306,12 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, err, live, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G,
-                    NEXT)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT, EARLY)),
-        (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, live, M, pid, H, I, Q, BN_O, BN_GU, BN_D,
-                           BN_Q, BK, XSTAGES, G, NEXT, XROWS)),
-        (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, live, M, eps, H, BN_O, BN_D, G, NEXT)),
+        (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
+                           BK, XSTAGES, G, NEXT)),
+        (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
     ], [1, 1, 1], [40, 40, 80])
     # every warp of this program is past its last wait: count that, and the last program to leave resets the
     # counters for the next launch (no program can still be waiting on one then)

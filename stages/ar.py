@@ -169,14 +169,6 @@ class AREngine:
         live.started = time.perf_counter()
         live.prefill_seconds = live.started - start
         self.live.append(live)
-        self._chain_rows()
-
-    def _chain_rows(self, slots=None) -> None:
-        """The layer chain computes the rows up to the highest slot in use, no further (layer_chain.set_rows):
-        idle slots' rows cost it activation copies. Slots are taken lowest first (`_retire` keeps them sorted)."""
-        if self.chain:
-            used = [s for live in self.live for s in live.slots] if slots is None else list(slots)
-            layer_chain.set_rows(self.chain_state, 1 + max(used, default=0))
 
     def _set_slots(self, live: _Live) -> None:
         r, (cond, *rest) = live.request, live.slots
@@ -353,7 +345,6 @@ class AREngine:
             else:
                 finished.append(self._retire(live, truncated=outcome))
         self.live = going_on
-        self._chain_rows()
         return finished
 
     def _exact_step(self) -> list[ARResult]:
@@ -381,7 +372,6 @@ class AREngine:
             else:
                 going_on.append(live)
         self.live = going_on
-        self._chain_rows()
         return finished
 
     def _draw_exact(self, live: _Live) -> torch.Tensor:
@@ -397,7 +387,7 @@ class AREngine:
         for slot in live.slots:
             self.table.active[slot] = False
             self.kv.release(slot)
-        self.free_slots = deque(sorted([*self.free_slots, *live.slots]))     # the lowest free slot goes first
+            self.free_slots.append(slot)
         _sync(self.device)
         return ARResult(live.request.key, live.request.phase, np.asarray(live.history, dtype=np.int32), truncated,
                         live.prefill_seconds, time.perf_counter() - live.started,
@@ -411,7 +401,6 @@ class AREngine:
         go[list(slot_tokens)] = True
         self.table.active.copy_(go)
         self.tokens.copy_(torch.tensor([slot_tokens.get(s, 0) for s in range(self.slots)]))
-        self._chain_rows(slot_tokens)
         self._run("feed")
         return self.next_logits.clone()
 

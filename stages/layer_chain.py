@@ -35,8 +35,7 @@ class ChainTiling:
     rows (the MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap
     the kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that
     kernel has finished (both are what made the engine's step faster; docs/ar-engine.md); `programs`: how many
-    programs (at most one per SM) share the tiles; `xrows`: the activation rows one TMA copy brings (the live rows
-    are copied in groups of it, `set_rows`). o/down tiles of 16 rows: 128 tiles on an H200's 132 programs
+    programs (at most one per SM) share the tiles. o/down tiles of 16 rows: 128 tiles on an H200's 132 programs
     (37.6 against 39.1 µs per layer at 32 rows, docs/benchmarks.md)."""
     bn_o: int = 16
     bn_gu: int = 16
@@ -48,7 +47,6 @@ class ChainTiling:
     pdl: bool = True
     early_weights: bool = True
     programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
-    xrows: int = 8
 
 
 TILING = ChainTiling()
@@ -83,7 +81,7 @@ def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: in
     partial_sums = (hidden // t.bn_o, hidden // t.bn_d)     # the norms' partial sums: a power of two each
     return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
             and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
-            and 2 * t.bn_gu <= 32 and ROWS % t.xrows == 0 and all(n & (n - 1) == 0 for n in partial_sums))
+            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums))
 
 
 @functools.cache
@@ -97,21 +95,8 @@ def _gluon() -> bool:
 
 def words(device: torch.device) -> torch.Tensor:
     """The int32 words a chain kernel needs: [0] counts grid-barrier spins that gave up, [1:5] one counter per
-    product, [5] the programs that have left (the kernel sets [1:6] back to zero as it ends), [6] the rows it
-    computes (`set_rows`; all of them at first). One set per engine."""
-    state = torch.zeros(7, dtype=torch.int32, device=device)
-    state[6] = ROWS
-    return state
-
-
-def set_rows(state: torch.Tensor, rows: int, t: ChainTiling | None = None) -> None:
-    """Let the chains that use `state` compute only rows [0, rows) (rounded up to whole copies of `xrows`); the
-    outputs' other rows are left as they are. Each row's numbers depend on its own inputs only, so the rows
-    computed are the same bits whatever this says; what it saves is the idle rows' activation copies. The engine
-    keeps its live slots low and sets this whenever they change (read by the kernel at each launch, so a
-    captured graph follows it)."""
-    step = (t or TILING).xrows
-    state[6] = min(ROWS, max(step, -(-rows // step) * step))
+    product, [5] the programs that have left (the kernel sets [1:6] back to zero as it ends). One set per engine."""
+    return torch.zeros(6, dtype=torch.int32, device=device)
 
 
 def timed_out(state: torch.Tensor) -> bool:
@@ -168,13 +153,13 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
     wo, wgu, wd = (_descriptor(o, t.bn_o, t.bk, True), _descriptor(gate_up, 2 * t.bn_gu, t.bk, True),
                    _descriptor(down, t.bn_d, t.bk, True))
     wq = _descriptor(qkv, t.bn_q, t.bk, True) if qkv is not None else wo
-    xa, xh, xg, xn = (_descriptor(v, t.xrows, t.bk) for v in (attn, h_out, g_out, x_out))
+    xa, xh, xg, xn = (_descriptor(v, ROWS, t.bk) for v in (attn, h_out, g_out, x_out))
     programs = min(t.programs or _programs(x.device), _programs(x.device))
     kern.layer_chain[(programs,)](
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
-        state[1:6], state[0:1], state[6:7], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o,
-        BN_GU=t.bn_gu, BN_D=t.bn_d, BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs,
-        NEXT=q_rows > 0, XROWS=t.xrows, EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
+        state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
+        BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs, NEXT=q_rows > 0,
+        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 
 

@@ -216,22 +216,3 @@ def test_layer_chain_step_draws_what_the_separate_products_draw(model):
     results = {chain: {r.key: r for r in e.generate(requests)} for chain, e in engines.items()}
     for r in requests:
         assert np.array_equal(results[True][r.key].ids, results[False][r.key].ids), r.key
-
-
-def test_layer_chain_rows_follow_the_lowest_live_slots(model):
-    """The chain computes only the rows up to the highest slot in use (layer_chain.set_rows, whole groups of
-    `xrows`); freed slots go back in order, so a lone request sits in the lowest ones again."""
-    from stages import layer_chain
-
-    state = layer_chain.words(torch.device("cpu"))
-    for rows, want in ((0, 8), (1, 8), (8, 8), (9, 16), (32, 32), (40, 32)):
-        layer_chain.set_rows(state, rows)
-        assert int(state[6]) == want and not state[:6].any()
-    engine = AREngine(model, _layout(model), slots=16, kv_tokens=4096, chain=True)
-    request = _requests()[0]
-    engine.free_slots.rotate(-9)                      # the next request lands in slot 9
-    engine.admit(request)
-    assert [live.slots[0] for live in engine.live] == [9] and int(engine.chain_state[6]) == 16
-    while engine.live:
-        engine.step()
-    assert int(engine.chain_state[6]) == 8 and list(engine.free_slots) == list(range(16))

@@ -257,11 +257,7 @@ def test_layer_chain_matches_the_separate_products_and_is_row_invariant():
     assert all(torch.equal(c, f) for c, f in zip(got, fewer))      # a tile's result is its own: any grid size
     assert all(torch.equal(c[3], m[3]) and torch.equal(c[3], s[0]) for c, m, s in zip(got, mixed, alone))
     assert torch.equal(last, got[0]) and empty.shape == (32, 0)
-    layer_chain.set_rows(state, 5)      # the live-row word: 8 rows computed, their bits as before
-    few = layer_chain.chain(a, x, o, paired, down, qkv, eps, state)
-    assert all(torch.equal(c[:8], f[:8]) for c, f in zip(got, few))
-    layer_chain.set_rows(state, 32)
-    assert not state[:6].any()      # no barrier gave up, and every counter is back at zero
+    assert not state.any()      # no barrier gave up, and every counter is back at zero
 
 
 @pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])

@@ -7,7 +7,10 @@ weights for the o and down products. `layer_chain.set_rows` now tells the kernel
    full computation's.
 2. The engine (`--engine`, after `farm init-checkpoint out/ck --config yue2-3b --device cuda`): ms per step with the
    rows following the live slots (the default now) against all 32 rows, two rounds.
-Run from the repository root: python docs/measured/2026-12-03-cpu-s33-live-rows-probe.py [--engine]"""
+Run from the repository root: python docs/measured/2026-12-03-cpu-s33-live-rows-probe.py [--engine]
+Result (…-h200-s33-live-rows-probe.log): no gain — the copies' bytes are not what the chain waits for — so the code
+it measures (`set_rows`, `ChainTiling.xrows`, the engine's lowest-slot-first order) was taken out again; it runs at
+commit 59ce58c."""
 import pathlib
 import sys
 from dataclasses import replace
