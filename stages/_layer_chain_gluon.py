@@ -57,14 +57,22 @@ def _wait_kernel_before(v):
 
 
 @gluon.jit
+def _acquire(word):
+    """An acquire load of one int32 word. (An atomic read of it, `atomic_add(word, 0)`, is a read-modify-write:
+    the polls of every program's waiting warps queue behind each other at the word's L2 slice.)"""
+    return gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [word], dtype=gl.int32,
+                                     is_pure=False, pack=1)
+
+
+@gluon.jit
 def _wait_counter(counter, err, target):
     """Spin (acquire loads) until every program has counted past `target`; then order this thread's later TMA
     reads after what it has seen (the data were written by other SMs' plain stores). A spin that runs ~10⁸
     polls (seconds) gives up and counts an error rather than hang the card (the caller checks `err`)."""
     n = 0
-    seen = gl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+    seen = _acquire(counter)
     while (seen < target) & (n < 100000000):
-        seen = gl.atomic_add(counter, 0, sem="acquire", scope="gpu")
+        seen = _acquire(counter)
         n += 1
     if seen < target:
         gl.atomic_add(err, 1)

@@ -7,7 +7,10 @@ a radix top-k of four passes over every slot's whole span: ~125 µs of a one-row
   their order-preserving 32-bit keys: the K-th largest key by bisection (at most 32 counts over the chunk), every
   key above it, and the lowest columns among the keys equal to it. Stored in column order.
 - `row_best`, one program per slot: the same selection over its chunks' candidates, which lie in column order, so
-  ties again go to the lowest ids.
+  ties again go to the lowest ids. A bound first shrinks what the search reads (`_floor`): every key at or above
+  the row's K-th largest is at or above it, and those (~1,100–1,600 of the plan span's 9,472 at its 37 chunks)
+  are compacted, in order, to at most FEW; the search then counts over FEW keys instead of all. When more pass the
+  bound (ties, a few chunks with allowed ids only), the search runs over all of them as before.
 So a row's K candidates are exactly the first K of its span in the canonical order (score descending, id ascending),
 found from its own scores only (batch invariance). Slots that draw nothing this step (inactive, or the
 unconditional half of a CFG pair) are skipped: their candidates are −∞ at the span's first id, never read.
@@ -20,6 +23,7 @@ from triton.language.extra import libdevice
 NEG = tl.constexpr(-2147483648)    # below the key of −∞: what padding columns are given
 CHUNK, CHUNK_WARPS = 4096, 8    # columns and warps per program of `chunk_best` (measured best, 2026-12-03)
 ROW_WARPS = 8                   # warps per program of `row_best`
+FEW = 2048                      # the candidates `row_best` searches after its bound, at most
 
 
 @triton.jit
@@ -48,6 +52,21 @@ def _select(key, K: tl.constexpr):
     tie = key == kth
     chosen = above | (tie & (tl.cumsum(tie.to(tl.int32), 0) <= K - tl.sum(above.to(tl.int32), 0)))
     return chosen, tl.cumsum(chosen.to(tl.int32), 0) - 1
+
+
+@triton.jit
+def _floor(key, K: tl.constexpr, G: tl.constexpr):
+    """A key at most the K-th largest of `key` ([chunks · K], each chunk's K candidates in a row): in each chunk
+    the least of the maxima of its G groups has G keys at or above it, so the (K / G)-th largest of those chunk
+    values has K keys at or above it. −2³¹ when there are fewer chunks than K / G."""
+    n: tl.constexpr = key.shape[0] // K
+    if K // G > n:
+        bound = tl.full((), NEG, tl.int32)
+    else:
+        per_chunk = tl.min(tl.max(tl.reshape(key, [n, G, K // G]), 2), 1)
+        ranked = tl.sort(per_chunk, 0, descending=True)
+        bound = tl.sum(tl.where(tl.arange(0, n) == K // G - 1, ranked, 0), 0)
+    return bound
 
 
 @triton.jit
@@ -112,8 +131,18 @@ def chunk_best(L, PARTNER, CFG, USE_CFG, END, LO, HI, COUNT, MIN_TOKENS, COUNTS,
 
 
 @triton.jit
-def row_best(IN_V, IN_C, ACTIVE, IS_COND, VALUES, IDS, first, n, s_in, s_v, s_i, BLOCK: tl.constexpr,
-             K: tl.constexpr, PDL: tl.constexpr):
+def _keep_best(IN_V, IN_C, VALUES, IDS, r, s_in, s_v, s_i, first, at, held, K: tl.constexpr):
+    """The K best of the candidates at positions `at` (where `held`), stored in their order."""
+    v = tl.load(IN_V + r * s_in + at, mask=held, other=float("-inf"))
+    col = tl.load(IN_C + r * s_in + at, mask=held, other=0)
+    chosen, to = _select(tl.where(held, _key(v), NEG), K)
+    tl.store(VALUES + r * s_v + to, v, mask=chosen)
+    tl.store(IDS + r * s_i + to, first + col.to(tl.int64), mask=chosen)
+
+
+@triton.jit
+def row_best(IN_V, IN_C, ACTIVE, IS_COND, VALUES, IDS, PICKED, first, n, s_in, s_v, s_i, s_p, BLOCK: tl.constexpr,
+             K: tl.constexpr, FEW: tl.constexpr, PDL: tl.constexpr):
     r = tl.program_id(0)
     if PDL:
         tl.extra.cuda.gdc_wait()
@@ -122,11 +151,22 @@ def row_best(IN_V, IN_C, ACTIVE, IS_COND, VALUES, IDS, first, n, s_in, s_v, s_i,
     if tl.load(ACTIVE + r).to(tl.int1) & tl.load(IS_COND + r).to(tl.int1):
         i = tl.arange(0, BLOCK)
         valid = i < n
-        v = tl.load(IN_V + r * s_in + i, mask=valid, other=float("-inf"))
-        col = tl.load(IN_C + r * s_in + i, mask=valid, other=0)
-        chosen, at = _select(tl.where(valid, _key(v), NEG), K)
-        tl.store(VALUES + r * s_v + at, v, mask=chosen)
-        tl.store(IDS + r * s_i + at, first + col.to(tl.int64), mask=chosen)
+        if BLOCK > FEW:
+            key = tl.where(valid, _key(tl.load(IN_V + r * s_in + i, mask=valid, other=float("-inf"))), NEG)
+            bound = tl.maximum(tl.maximum(_floor(key, K, 8), _floor(key, K, 16)), _floor(key, K, 32))
+            keep = key >= bound
+            count = tl.sum(keep.to(tl.int32), 0)
+            if count <= FEW:    # the positions that pass, in order; then the search over those only
+                tl.store(PICKED + r * s_p + tl.cumsum(keep.to(tl.int32), 0) - 1, i, mask=keep)
+                tl.debug_barrier()
+                j = tl.arange(0, FEW)
+                held = j < count
+                _keep_best(IN_V, IN_C, VALUES, IDS, r, s_in, s_v, s_i, first,
+                           tl.load(PICKED + r * s_p + j, mask=held, other=0), held, K)
+            else:
+                _keep_best(IN_V, IN_C, VALUES, IDS, r, s_in, s_v, s_i, first, i, valid, K)
+        else:
+            _keep_best(IN_V, IN_C, VALUES, IDS, r, s_in, s_v, s_i, first, i, valid, K)
     else:
         tl.store(VALUES + r * s_v + rank, tl.full([K], float("-inf"), tl.float32))
         tl.store(IDS + r * s_i + rank, tl.full([K], 0, tl.int64) + first)
@@ -150,7 +190,9 @@ def launch(logits: torch.Tensor, t, first: int, k: int) -> tuple[torch.Tensor, t
         t.temperature, t.active, t.is_cond, part_v, part_c, width, first, logits.stride(0), t.counts.stride(0),
         part_v.stride(0), CHUNK=CHUNK, K=k, BF16=logits.dtype == torch.bfloat16, PRECISE=precise, PDL=early,
         num_warps=CHUNK_WARPS, launch_pdl=early)
+    picked = torch.empty(slots, FEW, dtype=torch.int32, device=logits.device)
     row_best[(slots,)](
-        part_v, part_c, t.active, t.is_cond, values, ids, first, chunks * k, part_v.stride(0), values.stride(0),
-        ids.stride(0), BLOCK=triton.next_power_of_2(chunks * k), K=k, PDL=early, num_warps=ROW_WARPS, launch_pdl=early)
+        part_v, part_c, t.active, t.is_cond, values, ids, picked, first, chunks * k, part_v.stride(0),
+        values.stride(0), ids.stride(0), picked.stride(0), BLOCK=triton.next_power_of_2(chunks * k), K=k, FEW=FEW,
+        PDL=early, num_warps=ROW_WARPS, launch_pdl=early)
     return values, ids
