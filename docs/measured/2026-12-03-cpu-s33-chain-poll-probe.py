@@ -7,7 +7,8 @@ kernel are made here from its source by substitution and imported from a tempora
 - "acquire loads": the kernel as it is now;
 - "no waits" (timing only, wrong numbers): the spins end at once — what all the grid barriers cost;
 - "no activation-warp waits" (timing only): only the warp that copies the inputs stops waiting — what the waits
-  cost on the data path (the norm factors' and the down epilogue's waits stay).
+  cost on the data path (the norm factors' and the down epilogue's waits stay);
+- "acquire loads, flow" (`ChainTiling.flow`): the inputs wait chunk by chunk for the product before.
 1. Kernel level, yue2-3b shapes, 28 layers of random weights in turn, 32 rows, µs per layer in a CUDA graph, and
    the bits of both real variants against each other.
 2. `--engine` (after `farm init-checkpoint out/ck --config yue2-3b --device cuda`): the engine with each real variant,
@@ -25,7 +26,7 @@ import torch
 
 sys.path.insert(0, ".")
 import stages  # noqa: E402
-from farm.bench.ar import _measure, _time_graph, copy_rate, weight_bytes  # noqa: E402
+from farm.bench.ar import _measure, _time_graph, batch_invariance, copy_rate, weight_bytes  # noqa: E402
 from stages import layer_chain  # noqa: E402
 
 L, H, I, Q = 28, 2048, 6144, 4096
@@ -72,23 +73,26 @@ def kernel_level() -> None:
     x0 = torch.randn(32, H, device=dev, dtype=torch.bfloat16)
     nbytes = sum(layers[0][k].numel() * 2 for k in ("o", "gup", "d", "q"))
     outs = {}
+    runs = [(name, name, layer_chain.TILING) for name in SUBSTITUTIONS]
+    runs.append(("acquire loads, flow", "acquire loads", replace(layer_chain.TILING, flow=True)))
     for rnd in range(2):
-        for name in SUBSTITUTIONS:
-            use(variant(name))
+        for name, kernel, tiling in runs:
+            use(variant(kernel))
             state = layer_chain.words(dev)
-            outs[name] = layer_chain.chain(a, x0, layers[0]["o"], layers[0]["gup"], layers[0]["d"], layers[1]["q"],
-                                           EPS, state)
+            outs[name] = layer_chain._launch(a, x0, layers[0]["o"], layers[0]["gup"], layers[0]["d"], layers[1]["q"],
+                                             EPS, state, tiling)
 
             def run_chain():
                 x = x0
                 for layer in range(L):
-                    x, _ = layer_chain.chain(a, x, layers[layer]["o"], layers[layer]["gup"], layers[layer]["d"],
-                                             layers[layer + 1]["q"], EPS, state)
+                    x, _ = layer_chain._launch(a, x, layers[layer]["o"], layers[layer]["gup"], layers[layer]["d"],
+                                               layers[layer + 1]["q"], EPS, state, tiling)
             us = _time_graph(run_chain) / L * 1e6
             print(f"round {rnd} {name}: {us:.2f} µs per layer ({nbytes / us / 1e6:.2f} TB/s); spins that gave up "
                   f"{int(state[0])}", flush=True)
-    same = all(torch.equal(p, q) for p, q in zip(outs["atomic polls"], outs["acquire loads"]))
-    print(f"acquire loads give the atomic polls' bits: {same}", flush=True)
+    for name in ("acquire loads", "acquire loads, flow"):
+        same = all(torch.equal(p, q) for p, q in zip(outs["atomic polls"], outs[name]))
+        print(f"{name} give the atomic polls' bits: {same}", flush=True)
 
 
 def engine_level() -> None:
@@ -107,8 +111,8 @@ def engine_level() -> None:
     engines = {}
     base = layer_chain.TILING
     for name, kernel, tiling in (("atomic polls", "atomic polls", base), ("acquire loads", "acquire loads", base),
-                                 ("acquire, 16/4 slots", "acquire loads", replace(base, stages=16, xstages=4)),
-                                 ("acquire, 18/3 slots", "acquire loads", replace(base, stages=18, xstages=3))):
+                                 ("acquire, 18/3 slots", "acquire loads", replace(base, stages=18, xstages=3)),
+                                 ("acquire, flow", "acquire loads", replace(base, flow=True))):
         use(variant(kernel))     # the engine's graphs keep the kernel and tiles they captured
         layer_chain.TILING = tiling
         engines[name] = AREngine(net, cfg.tokens, kv_tokens=24 * (7680 + 12 * 16 + 64), cuda_graphs=True,
@@ -124,6 +128,9 @@ def engine_level() -> None:
             print(f"round {rnd} {case} rows {rows}: " + "; ".join(
                 f"{n} {r['step_ms']:.3f} ms (× floor {r['floor_ratio']:.2f})" for n, r in ms.items()), flush=True)
     print("spins that gave up: " + ", ".join(f"{n} {int(e.chain_state[0])}" for n, e in engines.items()), flush=True)
+    layer_chain.TILING = replace(base, flow=True)    # (the graphs hold their tiles; eager calls read TILING)
+    print(f"flow engine: batch invariance {batch_invariance(engines['acquire, flow'], cfg)}", flush=True)
+    layer_chain.TILING = base
 
 
 if __name__ == "__main__":
