@@ -57,22 +57,14 @@ def _wait_kernel_before(v):
 
 
 @gluon.jit
-def _acquire(word):
-    """An acquire load of one int32 word. (An atomic read of it, `atomic_add(word, 0)`, is a read-modify-write:
-    the polls of every program's waiting warps queue behind each other at the word's L2 slice.)"""
-    return gl.inline_asm_elementwise("ld.acquire.gpu.global.b32 $0, [$1];", "=r,l", [word], dtype=gl.int32,
-                                     is_pure=False, pack=1)
-
-
-@gluon.jit
 def _wait_counter(counter, err, target):
     """Spin (acquire loads) until every program has counted past `target`; then order this thread's later TMA
     reads after what it has seen (the data were written by other SMs' plain stores). A spin that runs ~10⁸
     polls (seconds) gives up and counts an error rather than hang the card (the caller checks `err`)."""
     n = 0
-    seen = _acquire(counter)
+    seen = gl.atomic_add(counter, 0, sem="acquire", scope="gpu")
     while (seen < target) & (n < 100000000):
-        seen = _acquire(counter)
+        seen = gl.atomic_add(counter, 0, sem="acquire", scope="gpu")
         n += 1
     if seen < target:
         gl.atomic_add(err, 1)
@@ -115,36 +107,10 @@ def weight_warp(wo, wgu, wd, wq, ring, full, empty, pid, H: gl.constexpr, I: gl.
 # ---- the activation warp ---------------------------------------------------------------------------------------
 
 @gluon.jit
-def _chunks_ready(chunks, err, k, NCH: gl.constexpr, TPC: gl.constexpr):
-    """Spin until the first k + 1 of the product before's NCH output chunks (BK columns each) are stored, all TPC
-    tiles of each; return how many leading chunks are (one acquire load of every chunk's count per poll). The
-    warp's barrier orders each lane's acquire before the TMA copies its elected lane issues."""
-    PAD: gl.constexpr = 32 if NCH <= 32 else 64 if NCH <= 64 else 128
-    lay: gl.constexpr = gl.BlockedLayout([PAD // 32], [32], [1], [0])
-    c = gl.arange(0, PAD, layout=lay)
-    n = 0
-    ready = gl.min(gl.where((_acquire(chunks + c) < TPC) | (c >= NCH), c, PAD), 0)
-    while (ready <= k) & (n < 100000000):
-        ready = gl.min(gl.where((_acquire(chunks + c) < TPC) | (c >= NCH), c, PAD), 0)
-        n += 1
-    if ready <= k:
-        gl.atomic_add(err, 1)
-    _asm_zero(ready, "bar.warp.sync -1; fence.proxy.async.global;")
-    return ready
-
-
-@gluon.jit
-def _activations(desc, xs, xfull, xempty, j, pid, chunks, err, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
-                 BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr, FLOW: gl.constexpr,
-                 TPC: gl.constexpr):
-    """FLOW: before a k-tile, wait only for the tiles of the product before that wrote its columns (their
-    chunk's count reaching TPC); else the caller has waited for that whole product."""
-    ready = pid * 0
+def _activations(desc, xs, xfull, xempty, j, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
+                 BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr):
     for tile in range(pid, N // BN, G):
         for k in range(K // BK):
-            if FLOW:
-                if ready <= k:
-                    ready = _chunks_ready(chunks, err, k, K // BK, TPC)
             s = j % XSTAGES
             mbarrier.wait(xempty.index(s), ((j // XSTAGES) & 1) ^ 1)
             mbarrier.expect(xfull.index(s), ROWS * BK * 2)
@@ -157,23 +123,17 @@ def _activations(desc, xs, xfull, xempty, j, pid, chunks, err, N: gl.constexpr, 
 def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.constexpr, I: gl.constexpr,
                     Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr,
                     BN_Q: gl.constexpr, BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr,
-                    NEXT: gl.constexpr, FLOW: gl.constexpr):
+                    NEXT: gl.constexpr):
     j = pid * 0
-    chunks = counter + 5                    # FLOW: per output chunk of o, gate/up, down, the tiles stored
     _asm_zero(_wait_kernel_before(j), "fence.proxy.async.global;")    # TMA reads what the kernel before stored
-    j = _activations(xa, xs, xfull, xempty, j, pid, chunks, err, H, H, BN_O, BK, XSTAGES, G, False, 1)
-    if not FLOW:
-        _wait_counter(counter, err, G)
-    j = _activations(xh, xs, xfull, xempty, j, pid, chunks, err, I, H, BN_GU, BK, XSTAGES, G, FLOW, BK // BN_O)
-    if not FLOW:
-        _wait_counter(counter + 1, err, G)
-    j = _activations(xg, xs, xfull, xempty, j, pid, chunks + H // BK, err, H, I, BN_D, BK, XSTAGES, G, FLOW,
-                     BK // BN_GU)
+    j = _activations(xa, xs, xfull, xempty, j, pid, H, H, BN_O, BK, XSTAGES, G)
+    _wait_counter(counter, err, G)
+    j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
+    _wait_counter(counter + 1, err, G)
+    j = _activations(xg, xs, xfull, xempty, j, pid, H, I, BN_D, BK, XSTAGES, G)
     if NEXT:
-        if not FLOW:
-            _wait_counter(counter + 2, err, G)
-        j = _activations(xn, xs, xfull, xempty, j, pid, chunks + H // BK + I // BK, err, Q, H, BN_Q, BK, XSTAGES, G,
-                         FLOW, BK // BN_D)
+        _wait_counter(counter + 2, err, G)
+        j = _activations(xn, xs, xfull, xempty, j, pid, Q, H, BN_Q, BK, XSTAGES, G)
 
 
 # ---- the signal warp -------------------------------------------------------------------------------------------
@@ -195,7 +155,7 @@ def _factor(sq, fac, M, eps, K: gl.constexpr, TILES: gl.constexpr):
 
 @gluon.jit
 def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.constexpr, BN_O: gl.constexpr,
-                BN_D: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, FLOW: gl.constexpr):
+                BN_D: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     """Waits (acquire) for each product to be finished by every program, computes the norm factors the next
     product needs, then arrives on that product's `ready` barrier: the consumer's plain loads of other programs'
     outputs (the factors) come after it, with no global round trip of the consumer's own."""
@@ -203,8 +163,7 @@ def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.con
     _wait_counter(counter, err, G)
     _factor(sq_h, fac_h, M, eps, H, H // BN_O)
     mbarrier.arrive(ready.index(1))
-    if not FLOW:        # (down's epilogue reads the o output only, which the wait above covers)
-        _wait_counter(counter + 1, err, G)
+    _wait_counter(counter + 1, err, G)
     mbarrier.arrive(ready.index(2))
     if NEXT:
         _wait_counter(counter + 2, err, G)
@@ -218,12 +177,11 @@ def signal_warp(counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H: gl.con
 def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, sq_out, ready, fac, M,
              N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr, NORM: gl.constexpr, ADD: gl.constexpr,
-             SQ: gl.constexpr, WAIT: gl.constexpr, chunks, COUNT: gl.constexpr):
+             SQ: gl.constexpr, WAIT: gl.constexpr):
     """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
     the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's paired
     gate and up columns; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT:
-    the epilogue reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first.
-    COUNT: after each tile, count it on its output chunk's word (`chunks`, BK columns a word: FLOW)."""
+    the epilogue reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first."""
     W: gl.constexpr = 2 * BN if PAIR else BN       # accumulator columns: a gate/up tile's are paired
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, W, 16])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
@@ -269,14 +227,12 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
             if SQ:      # the next product's norm: this tile's share of each row's sum of squares
                 yf = y.to(gl.float32)
                 gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)
-        if COUNT:
-            _done(chunks + tile * BN // BK, i)
     return i, j
 
 
 @gluon.jit
 def _done(counter, i):
-    """This program's part of a product (or one tile: FLOW) is stored: count it (release)."""
+    """This program's part of a product is stored: count it (release)."""
     gl.thread_barrier()                     # every thread's stores are issued before the release
     _asm_zero(i, "fence.proxy.async.global;")
     gl.atomic_add(counter, 1, sem="release", scope="gpu")
@@ -286,31 +242,24 @@ def _done(counter, i):
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
              counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, FLOW: gl.constexpr):
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     i = pid * 0
     j = pid * 0
-    chunks = counter + 5
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
     _asm_zero(i, "griddepcontrol.launch_dependents;")  # the kernel after may launch (it waits for this one)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
-                    H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False, chunks, FLOW)
+                    H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
     _done(counter, i)
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
-                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True, chunks + H // BK, FLOW)
+                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True)
     _done(counter + 1, i)
-    # the down epilogue reads other programs' o output with plain loads (FLOW: the gate/up product may not be
-    # done everywhere yet, but o is)
-    if FLOW:
-        _wait_counter(counter, err, G)
-    else:
-        _wait_counter(counter + 1, err, G)
+    _wait_counter(counter + 1, err, G)      # the down epilogue reads other programs' o output with plain loads
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
-                    H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True, chunks + H // BK + I // BK,
-                    FLOW)
+                    H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True)
     _done(counter + 2, i)
     if NEXT:
         i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, ready.index(3), fac_x,
-                        M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True, chunks, False)
+                        M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True)
         _done(counter + 3, i)
 
 
@@ -318,8 +267,7 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
-                FLOW: gl.constexpr = False):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks
     [32, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the residual
@@ -327,10 +275,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up
     and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch),
     err: an int32 word that counts spins that gave up. NEXT: the next layer's q/k/v product runs too. EARLY: the
-    weight warp starts before the kernel before has finished. FLOW: the inputs of gate/up, down and q/k/v wait
-    chunk by chunk (2·H/BK + I/BK words after the counters: each chunk's stored tiles) instead of for the whole
-    product before, so a program starts on its next product's first k-tiles while the last tiles of the one
-    before are still being computed elsewhere."""
+    weight warp starts before the kernel before has finished."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -361,13 +306,12 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT,
-                    FLOW)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
                        NEXT, EARLY)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
-                           BK, XSTAGES, G, NEXT, FLOW)),
-        (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT, FLOW)),
+                           BK, XSTAGES, G, NEXT)),
+        (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
     ], [1, 1, 1], [40, 40, 80])
     # every warp of this program is past its last wait: count that, and the last program to leave resets the
     # counters for the next launch (no program can still be waiting on one then)
@@ -375,9 +319,3 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     if old == G - 1:
         for p in gl.static_range(5):
             gl.atomic_xchg(counter + p, 0, sem="relaxed", scope="gpu")
-        if FLOW:
-            words: gl.constexpr = 2 * H // BK + I // BK
-            lay: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-            for base in gl.static_range(0, words, 128):
-                c = base + gl.arange(0, 128, layout=lay)
-                gl.store(counter + 5 + c, gl.zeros([128], gl.int32, lay), mask=c < words)

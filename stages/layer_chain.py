@@ -47,7 +47,6 @@ class ChainTiling:
     pdl: bool = True
     early_weights: bool = True
     programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
-    flow: bool = False              # inputs wait chunk by chunk for the product before, not for all of it
 
 
 TILING = ChainTiling()
@@ -82,8 +81,7 @@ def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: in
     partial_sums = (hidden // t.bn_o, hidden // t.bn_d)     # the norms' partial sums: a power of two each
     return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
             and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
-            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums)
-            and (2 * hidden + intermediate) // t.bk <= CHUNK_WORDS)
+            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums))
 
 
 @functools.cache
@@ -95,14 +93,10 @@ def _gluon() -> bool:
     return True
 
 
-CHUNK_WORDS = 256      # `flow`: a count per BK-column chunk of the o, gate/up and down outputs (2·H/BK + I/BK)
-
-
 def words(device: torch.device) -> torch.Tensor:
     """The int32 words a chain kernel needs: [0] counts grid-barrier spins that gave up, [1:5] one counter per
-    product, [5] the programs that have left, then CHUNK_WORDS chunk counts (the kernel sets [1:] back to zero as
-    it ends). One set per engine."""
-    return torch.zeros(6 + CHUNK_WORDS, dtype=torch.int32, device=device)
+    product, [5] the programs that have left (the kernel sets [1:6] back to zero as it ends). One set per engine."""
+    return torch.zeros(6, dtype=torch.int32, device=device)
 
 
 def timed_out(state: torch.Tensor) -> bool:
@@ -165,7 +159,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs, NEXT=q_rows > 0,
-        EARLY=t.early_weights, FLOW=t.flow, num_warps=4, launch_pdl=t.pdl)
+        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 
 
