@@ -1,5 +1,4 @@
-"""The layer chain with k-tiles of 256 columns (2026-12-03, session s33; written on the CPU box, run on an H200 with
-the session's last device minutes). The chain's per-k-tile handshakes (a full/empty barrier pair on each of its two
+"""The layer chain with k-tiles of 256 columns (2026-12-03, session s33; written on the CPU box, to run on an H200). The chain's per-k-tile handshakes (a full/empty barrier pair on each of its two
 rings for each of the 128 k-tiles of 128 columns a program multiplies per layer) look like what its time goes to
 (docs/ar-engine.md); k-tiles of 256 halve their number, with fewer ring slots in the same shared memory
 (`ChainTiling(bk=256, stages=6 or 8, xstages=3 or 2)`: 193 KB, as the default's 12 and 6 slots of 128 columns).
@@ -7,7 +6,8 @@ rings for each of the 128 k-tiles of 128 columns a program multiplies per layer)
    the outputs are the default's bits.
 2. `--engine`: ms per step of an engine with the default tiles and one with k-tiles of 256 (6/3 slots), one row at
    450 keys and 24 at 7,680, two rounds.
-Run from the repository root: python docs/measured/2026-12-03-cpu-s33-chain-bk-probe.py [--engine]"""
+Run from the repository root: python docs/measured/2026-12-03-cpu-s33-chain-bk-probe.py [--engine]
+Not yet run: the session's device time ran out before it (.gpu/s33f.sh was the call). Next session's first call."""
 import pathlib
 import sys
 from dataclasses import replace
