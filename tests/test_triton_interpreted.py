@@ -154,7 +154,7 @@ CANDIDATES = textwrap.dedent("""
     from stages import fast_sampling as fs
     from stages._topk_triton import CHUNK, launch
     torch.manual_seed(0)
-    slots, vocab, first, width = 8, 60000, 1000, 9 * CHUNK + 3000     # ten chunks, the last one short
+    slots, vocab, first, width = 8, 90000, 1000, 16 * CHUNK + 3000    # 17 chunks, the last one short
     t = fs.SlotTable.empty(slots, vocab, "cpu")
     for r in range(slots):   # CFG pairs 0/1 and 3/4; 5 inactive; penalties exact in the interpreter (powers of two)
         t.set_slot(r, {"temperature": [0.7, 1, 0, 1.3, 1, 0.9, 1, 2][r], "penalty": [2, 1, 0.5, 2, 1, 2, 1, 0.5][r],
@@ -167,7 +167,7 @@ CANDIDATES = textwrap.dedent("""
     logits = (torch.randn(slots, width) * 3).bfloat16()
     logits[2, CHUNK - 2000:CHUNK + 2000] = 7.0      # ties across a chunk border
     logits[6] = 1.0                                 # a row of ties
-    logits[7, :8 * CHUNK] = -30.0                   # the best ids in two chunks: the row stage's bound lets all in
+    logits[7, :15 * CHUNK] = -30.0                  # the best ids in two chunks: the row stage's bound lets all in
     values, ids = launch(logits, t, first, fs.CANDIDATES)
     x = fs.scores(logits, t, first)
     drawing = t.active & t.is_cond

@@ -1,5 +1,6 @@
-"""The layer chain with k-tiles of 256 columns (2026-12-03, session s33; written on the CPU box, to run on an H200). The chain's per-k-tile handshakes (a full/empty barrier pair on each of its two
-rings for each of the 128 k-tiles of 128 columns a program multiplies per layer) look like what its time goes to
+"""The layer chain with k-tiles of 256 columns (2026-12-03, session s33; written on the CPU box, to run on an
+H200). The chain's per-k-tile handshakes (a full/empty barrier pair on each of its two rings for each of the 128
+k-tiles of 128 columns a program multiplies per layer) look like what its time goes to
 (docs/ar-engine.md); k-tiles of 256 halve their number, with fewer ring slots in the same shared memory
 (`ChainTiling(bk=256, stages=6 or 8, xstages=3 or 2)`: 193 KB, as the default's 12 and 6 slots of 128 columns).
 1. Kernel level, yue2-3b shapes, 28 layers of random weights, 32 rows, µs per layer in a CUDA graph, and whether
