@@ -1,14 +1,17 @@
 """Where the candidate kernels' row stage spends its time (2026-12-03, session s33; written on the CPU box, run on
-an H200). The bound of this session (commit 8f7eb2e's stages/_topk_triton.py) made
-`row_best` slower at one plan row (82.8 µs against 66.5 in the step profile), although it searches 2,048 keys
-instead of 16,384: so the search's passes do not cost their compares. Variants, each a module made from a kernel
-source by substitution (both sources copied to .gpu/ for the run: topk_s32.py, the tree's kernels; topk_bound.py,
-the bound), µs per call of both launches (CUDA graph of 16 calls) for 1 and 32 drawing slots on the yue2-3b plan
-span, canonical (the first 256 in score order, lowest ids on ties) where the variant is meant to be right:
-- "s32": the tree's kernels; with 4 and 16 warps per row program;
+an H200). The bound of this session (three floors; commit 8f7eb2e's stages/_topk_triton.py) made `row_best` slower
+at one plan row (82.8 µs against 66.5 in the step profile), although it searches 2,048 keys instead of 16,384.
+Variants, each a module made from a kernel source by substitution, µs per call of both launches (CUDA graph of 16
+calls) for 1 and 32 drawing slots on the yue2-3b plan span, canonical (the first 256 in score order, lowest ids on
+ties) where the variant is meant to be right:
+- "s32": session s32's kernels; with 4 and 16 warps per row program;
 - "s32, N passes" (timing only): the search stopped after N passes — what a pass costs;
-- "bound": the bound of three floors; "bound, one floor"; "bound, no search" (timing only: the bound and the
-  compaction, then no search) — what the bound costs.
+- "bound": the bound of three floors; "bound, one floor" (what the tree keeps since); "bound, no search" (timing
+  only: the bound and the compaction, then no search) — what the bound costs.
+The two sources lay in .gpu/ for the run (ignored by git): `git show 46fb47b:stages/_topk_triton.py >
+.gpu/topk_s32.py` and `git show 8f7eb2e:stages/_topk_triton.py > .gpu/topk_bound.py`. The 32-slot rows ended in an
+illegal memory access of a timing-only variant (a search cut short stores past its 256 places), which took the rest
+of the run with it (`…-h200-s33-row-stage-probe.log`).
 Run from the repository root: python docs/measured/2026-12-03-cpu-s33-row-stage-probe.py"""
 import importlib.util
 import pathlib
