@@ -17,7 +17,7 @@ kernel are made here from its source by substitution and imported from a tempora
    (chains back to back) does not show — ms per step, two rounds.
 Run from the repository root: python docs/measured/2026-12-03-cpu-s33-chain-poll-probe.py [--engine]
 Result (`…-h200-s33-b-poll-probe.log`): the acquire loads no faster, the flow mode slower, the deeper ring slower;
-all three were taken out again (commit after ef4bf6d), so the probe runs at commit ef4bf6d."""
+all three were taken out again in e2a30c9, so the probe runs at commit ef4bf6d."""
 import importlib.util
 import pathlib
 import sys
