@@ -255,6 +255,9 @@ def test_layer_chain_matches_the_separate_products_and_is_row_invariant():
     last, empty = layer_chain.chain(a, x, o, paired, down, None, eps, state)
     fewer = layer_chain._launch(a, x, o, paired, down, qkv, eps, state, replace(layer_chain.TILING, programs=64))
     assert all(torch.equal(c, f) for c, f in zip(got, fewer))      # a tile's result is its own: any grid size
+    for other in (dict(gate_up_by_k=not layer_chain.TILING.gate_up_by_k), dict(bk=256, stages=6, xstages=3)):
+        variant = layer_chain._launch(a, x, o, paired, down, qkv, eps, state, replace(layer_chain.TILING, **other))
+        assert all(torch.equal(c, f) for c, f in zip(got, variant)), other     # the same sums in the same order
     assert all(torch.equal(c[3], m[3]) and torch.equal(c[3], s[0]) for c, m, s in zip(got, mixed, alone))
     assert torch.equal(last, got[0]) and empty.shape == (32, 0)
     assert not state.any()      # no barrier gave up, and every counter is back at zero

@@ -1,12 +1,14 @@
-"""The layer chain with k-tiles of 256 columns (2026-12-03, session s33; written on the CPU box, to run on an
-H200). The chain's per-k-tile handshakes (a full/empty barrier pair on each of its two rings for each of the 128
-k-tiles of 128 columns a program multiplies per layer) look like what its time goes to
+"""The layer chain with k-tiles of 256 columns, and the gate/up product by k (2026-12-03, session s33; written on
+the CPU box, to run on an H200). The chain's per-k-tile handshakes (a full/empty barrier pair on each of its two
+rings for each of the 128 k-tiles of 128 columns a program multiplies per layer) look like what its time goes to
 (docs/ar-engine.md); k-tiles of 256 halve their number, with fewer ring slots in the same shared memory
 (`ChainTiling(bk=256, stages=6 or 8, xstages=3 or 2)`: 193 KB, as the default's 12 and 6 slots of 128 columns).
+Beside them the gate/up product k-tile by k-tile over a program's three tiles (`ChainTiling(gate_up_by_k=True)`:
+each x k-tile copied and waited for once, not three times; 96 activation handshakes per layer instead of 128).
 1. Kernel level, yue2-3b shapes, 28 layers of random weights, 32 rows, µs per layer in a CUDA graph, and whether
    the outputs are the default's bits.
-2. `--engine`: ms per step of an engine with the default tiles and one with k-tiles of 256 (6/3 slots), one row at
-   450 keys and 24 at 7,680, two rounds.
+2. `--engine`: ms per step of engines with the default tiles, k-tiles of 256 (6/3 slots) and gate/up by k, one
+   row at 450 keys and 24 at 7,680, two rounds.
 Run from the repository root: python docs/measured/2026-12-03-cpu-s33-chain-bk-probe.py [--engine]
 Not yet run: the session's device time ran out before it (.gpu/s33f.sh was the call). Next session's first call."""
 import pathlib
@@ -23,7 +25,9 @@ L, H, I, Q = 28, 2048, 6144, 4096
 EPS = 1e-6
 BASE = layer_chain.TILING
 WIDE = {"bk 256, 6/3 slots": replace(BASE, bk=256, stages=6, xstages=3),
-        "bk 256, 8/2 slots": replace(BASE, bk=256, stages=8, xstages=2)}
+        "bk 256, 8/2 slots": replace(BASE, bk=256, stages=8, xstages=2),
+        "gate/up by k": replace(BASE, gate_up_by_k=True),
+        "gate/up by k, bk 256, 6/3 slots": replace(BASE, gate_up_by_k=True, bk=256, stages=6, xstages=3)}
 
 
 def kernel_level() -> None:
@@ -68,7 +72,8 @@ def engine_level() -> None:
     rate = copy_rate(torch, "cuda")
     kv_token = token_bytes(cfg.model, torch.bfloat16)
     engines = {}
-    for name, t in (("default", BASE), ("bk 256, 6/3 slots", WIDE["bk 256, 6/3 slots"])):
+    for name, t in (("default", BASE), ("bk 256, 6/3 slots", WIDE["bk 256, 6/3 slots"]),
+                    ("gate/up by k", WIDE["gate/up by k"])):
         layer_chain.TILING = t       # the engine's graphs keep the tiles they captured
         engines[name] = AREngine(net, cfg.tokens, kv_tokens=24 * (7680 + 12 * 16 + 64), cuda_graphs=True,
                                  compile=True)
