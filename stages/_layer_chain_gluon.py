@@ -90,36 +90,15 @@ def _weights(desc, ring, full, empty, i, pid, N: gl.constexpr, K: gl.constexpr, 
 
 
 @gluon.jit
-def _gate_up_weights_by_k(desc, ring, full, empty, i, pid, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr,
-                          STAGES: gl.constexpr, GP: gl.constexpr):
-    """The gate/up tiles of `_gate_up_by_k`: programs below GP take tiles pid, pid + GP, pid + 2·GP (paired rows),
-    k-tile by k-tile, the three tiles' pieces of each k-tile one after the other."""
-    if pid < GP:
-        for k in range(K // BK):
-            for t in gl.static_range(3):
-                s = i % STAGES
-                mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-                mbarrier.expect(full.index(s), 2 * BN * BK * 2)
-                tma.async_copy_global_to_shared(desc, [(pid + t * GP) * 2 * BN, k * BK], full.index(s),
-                                                ring.index(s).slice(0, 2 * BN))
-                i += 1
-    return i
-
-
-@gluon.jit
 def weight_warp(wo, wgu, wd, wq, ring, full, empty, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr,
                 BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr,
-                STAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr,
-                GU_BY_K: gl.constexpr):
+                STAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr):
     """EARLY: start streaming at once, beside the kernel before; else after it (griddepcontrol.wait)."""
     i = pid * 0
     if not EARLY:
         _wait_kernel_before(i)
     i = _weights(wo, ring, full, empty, i, pid, H, H, BN_O, BK, STAGES, G, False)
-    if GU_BY_K:
-        i = _gate_up_weights_by_k(wgu, ring, full, empty, i, pid, H, BN_GU, BK, STAGES, I // BN_GU // 3)
-    else:
-        i = _weights(wgu, ring, full, empty, i, pid, I, H, BN_GU, BK, STAGES, G, True)
+    i = _weights(wgu, ring, full, empty, i, pid, I, H, BN_GU, BK, STAGES, G, True)
     i = _weights(wd, ring, full, empty, i, pid, H, I, BN_D, BK, STAGES, G, False)
     if NEXT:
         i = _weights(wq, ring, full, empty, i, pid, Q, H, BN_Q, BK, STAGES, G, False)
@@ -144,16 +123,12 @@ def _activations(desc, xs, xfull, xempty, j, pid, N: gl.constexpr, K: gl.constex
 def activation_warp(xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H: gl.constexpr, I: gl.constexpr,
                     Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr,
                     BN_Q: gl.constexpr, BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr,
-                    NEXT: gl.constexpr, GU_BY_K: gl.constexpr):
+                    NEXT: gl.constexpr):
     j = pid * 0
     _asm_zero(_wait_kernel_before(j), "fence.proxy.async.global;")    # TMA reads what the kernel before stored
     j = _activations(xa, xs, xfull, xempty, j, pid, H, H, BN_O, BK, XSTAGES, G)
     _wait_counter(counter, err, G)
-    if GU_BY_K:     # each k-tile once, for all three of the program's tiles (one "tile" of GP on GP programs)
-        GP: gl.constexpr = I // BN_GU // 3
-        j = _activations(xh, xs, xfull, xempty, j, pid, GP, H, 1, BK, XSTAGES, GP)
-    else:
-        j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
+    j = _activations(xh, xs, xfull, xempty, j, pid, I, H, BN_GU, BK, XSTAGES, G)
     _wait_counter(counter + 1, err, G)
     j = _activations(xg, xs, xfull, xempty, j, pid, H, I, BN_D, BK, XSTAGES, G)
     if NEXT:
@@ -208,50 +183,6 @@ def _silu_up_store(acc, offs, out_ptr, M, N: gl.constexpr, BN: gl.constexpr):
     silu = (g * (1.0 / (1.0 + gl.exp(-g)))).to(gl.bfloat16)
     y = (silu.to(gl.float32) * up.to(gl.bfloat16).to(gl.float32)).to(gl.bfloat16)
     gl.store(out_ptr + where, y, mask=where < M * N)    # row < M
-
-
-@gluon.jit
-def _gate_up_by_k(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, ready, fac, M, N: gl.constexpr,
-                  K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr, XSTAGES: gl.constexpr,
-                  GP: gl.constexpr):
-    """The gate/up product with k outside: programs below GP hold three tiles' accumulators (tiles pid, pid + GP,
-    pid + 2·GP) and multiply each x k-tile into all three, so a k-tile is copied and waited for once, not three
-    times. Each accumulator still sums its k-tiles in order: the same bits as `_product`."""
-    W: gl.constexpr = 2 * BN
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, W, 16])
-    r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
-    c = gl.arange(0, W, layout=gl.SliceLayout(0, mma))
-    if pid < GP:
-        acc0 = gl.zeros([64, W], gl.float32, mma)
-        acc1 = gl.zeros([64, W], gl.float32, mma)
-        acc2 = gl.zeros([64, W], gl.float32, mma)
-        for k in range(K // BK):
-            xsl = j % XSTAGES
-            mbarrier.wait(xfull.index(xsl), (j // XSTAGES) & 1)
-            x = xs.index(xsl)
-            mbarrier.wait(full.index(i % STAGES), (i // STAGES) & 1)
-            acc0 = warpgroup_mma(x, ring.index(i % STAGES).slice(0, W).permute((1, 0)), acc0, is_async=True)
-            mbarrier.wait(full.index((i + 1) % STAGES), ((i + 1) // STAGES) & 1)
-            acc1 = warpgroup_mma(x, ring.index((i + 1) % STAGES).slice(0, W).permute((1, 0)), acc1, is_async=True)
-            mbarrier.wait(full.index((i + 2) % STAGES), ((i + 2) // STAGES) & 1)
-            acc2 = warpgroup_mma(x, ring.index((i + 2) % STAGES).slice(0, W).permute((1, 0)), acc2, is_async=True)
-            acc0, acc1, acc2 = warpgroup_mma_wait(num_outstanding=3, deps=(acc0, acc1, acc2))
-            # the MMAs of step k - 1 are done: their three weight slots and their x slot are free
-            for t in gl.static_range(3):
-                mbarrier.arrive(empty.index((i + STAGES - 3 + t) % STAGES), pred=k > 0)
-            mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES), pred=k > 0)
-            i += 3
-            j += 1
-        acc0, acc1, acc2 = warpgroup_mma_wait(num_outstanding=0, deps=(acc0, acc1, acc2))
-        for t in gl.static_range(3):
-            mbarrier.arrive(empty.index((i + STAGES - 3 + t) % STAGES))
-        mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES))
-        mbarrier.wait(ready, 0)             # the norm factors (the signal warp)
-        f = fac.load(gl.SliceLayout(1, mma))[:, None]
-        _silu_up_store(acc0 * f, r[:, None] * N + (pid * BN + c // 2)[None, :], out_ptr, M, N, BN)
-        _silu_up_store(acc1 * f, r[:, None] * N + ((pid + GP) * BN + c // 2)[None, :], out_ptr, M, N, BN)
-        _silu_up_store(acc2 * f, r[:, None] * N + ((pid + 2 * GP) * BN + c // 2)[None, :], out_ptr, M, N, BN)
-    return i, j
 
 
 @gluon.jit
@@ -318,7 +249,7 @@ def _done(counter, i):
 def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
              counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
              BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, GU_BY_K: gl.constexpr):
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     i = pid * 0
     j = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
@@ -326,12 +257,8 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
                     H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
     _done(counter, i)
-    if GU_BY_K:
-        i, j = _gate_up_by_k(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, ready.index(1), fac_h, M, I, H,
-                             BN_GU, BK, STAGES, XSTAGES, I // BN_GU // 3)
-    else:
-        i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h,
-                        M, I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
+                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True)
     _done(counter + 1, i)
     _wait_counter(counter + 1, err, G)      # the down epilogue reads other programs' o output with plain loads
     i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
@@ -347,8 +274,7 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
-                GU_BY_K: gl.constexpr = False):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks
     [32, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the residual
@@ -356,8 +282,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up
     and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch),
     err: an int32 word that counts spins that gave up. NEXT: the next layer's q/k/v product runs too. EARLY: the
-    weight warp starts before the kernel before has finished. GU_BY_K: the gate/up product k-tile by k-tile over
-    three tiles a program (`_gate_up_by_k`; I / BN_GU must be 3·GP with GP ≤ G programs)."""
+    weight warp starts before the kernel before has finished."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -388,12 +313,11 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
-                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT,
-                    GU_BY_K)),
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
-                       NEXT, EARLY, GU_BY_K)),
+                       NEXT, EARLY)),
         (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
-                           BK, XSTAGES, G, NEXT, GU_BY_K)),
+                           BK, XSTAGES, G, NEXT)),
         (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
     ], [1, 1, 1], [40, 40, 80])
     # every warp of this program is past its last wait: count that, and the last program to leave resets the

@@ -47,7 +47,6 @@ class ChainTiling:
     pdl: bool = True
     early_weights: bool = True
     programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
-    gate_up_by_k: bool = False      # gate/up k-tile by k-tile over three tiles a program, where the tiles divide so
 
 
 TILING = ChainTiling()
@@ -156,13 +155,11 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
     wq = _descriptor(qkv, t.bn_q, t.bk, True) if qkv is not None else wo
     xa, xh, xg, xn = (_descriptor(v, ROWS, t.bk) for v in (attn, h_out, g_out, x_out))
     programs = min(t.programs or _programs(x.device), _programs(x.device))
-    gu_tiles = inter // t.bn_gu
-    by_k = t.gate_up_by_k and gu_tiles % 3 == 0 and gu_tiles // 3 <= programs
     kern.layer_chain[(programs,)](
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs, NEXT=q_rows > 0,
-        EARLY=t.early_weights, GU_BY_K=by_k, num_warps=4, launch_pdl=t.pdl)
+        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
     return x_out, q_out
 
 

@@ -10,7 +10,8 @@ each x k-tile copied and waited for once, not three times; 96 activation handsha
 2. `--engine`: ms per step of engines with the default tiles, k-tiles of 256 (6/3 slots) and gate/up by k, one
    row at 450 keys and 24 at 7,680, two rounds.
 Run from the repository root: python docs/measured/2026-12-03-cpu-s33-chain-bk-probe.py [--engine]
-Not yet run: the session's device time ran out before it (.gpu/s33f.sh was the call). Next session's first call."""
+Run in session s34 (`…-h200-s34-chain-bk-{kernel,engine,gpu-test}.log`): k-tiles of 256 level, gate/up by k slower;
+the gate/up-by-k variant was taken out again after commit b0c4e38, so the probe runs at that commit."""
 import pathlib
 import sys
 from dataclasses import replace

@@ -6,7 +6,8 @@ If so, more activation slots (fewer weight slots) should win. The splits here al
 an activation slot 16 KB at BK 128). Kernel level as in the s33 probe (28 layers, 32 rows, µs per layer, the
 default's bits), then the engine's one-row and 24-row steps with the default, 8/8 and 6/9 (the s33 probe's engine level, its
 labels reused).
-Run from the repository root: python docs/measured/2026-12-03-cpu-s34-ring-split-probe.py"""
+Run from the repository root: python docs/measured/2026-12-03-cpu-s34-ring-split-probe.py (at commit b0c4e38, where
+the s33 probe it borrows from still runs). Result: `…-h200-s34-ring-split.log`, every split slower than 12/6."""
 import runpy
 from dataclasses import replace
 
