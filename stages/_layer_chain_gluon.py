@@ -5,8 +5,9 @@ SiLU(gate)·up), down (+ residual) and the next layer's q/k/v (+ the folded RMSN
 Why one launch: at a step's 32 rows each product only reads its weight, and separate kernels each pay a start and a
 drain that the weight stream does not cover (docs/ar-engine.md). Here every program (one per SM) has four roles:
 - a *weight* warp walks every weight tile this program multiplies, for all four products in order, and copies
-  each [BN, BK] piece with TMA into a ring of STAGES slots. It waits only for a free slot, never for the other
-  programs, so the next product's weights are on their way while the grid waits for the product before;
+  each [BN, BK] piece with TMA into a ring of STAGES slots of 32 rows (a 16-row tile puts two consecutive k-tiles
+  in a slot, so the ring holds as many bytes ahead for every product). It waits only for a free slot, never for
+  the other programs, so the next product's weights are on their way while the grid waits for the product before;
 - an *activation* warp waits until every program has finished the product whose output is the next one's input
   (that product's grid-wide counter, acquire loads), then copies the input's [32, BK] k-tiles with TMA into a
   ring of XSTAGES slots (rows 32-63 of each slot stay zero: the warpgroup MMA's M is 64);
@@ -76,15 +77,19 @@ def _wait_counter(counter, err, target):
 @gluon.jit
 def _weights(desc, ring, full, empty, i, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
              BK: gl.constexpr, STAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr):
-    """PAIR: the matrix is [2N, K] with its gate and up rows paired, and a tile of BN outputs takes 2·BN rows."""
+    """PAIR: the matrix is [2N, K] with its gate and up rows paired, and a tile of BN outputs takes 2·BN rows. A
+    slot holds 32 rows: a tile of fewer rows puts that many consecutive k-tiles in each slot (PER), so the ring
+    holds as many bytes ahead for every product."""
     ROWS_W: gl.constexpr = 2 * BN if PAIR else BN
+    PER: gl.constexpr = 32 // ROWS_W
     for tile in range(pid, N // BN, G):
-        for k in range(K // BK):
+        for kk in range(K // BK // PER):
             s = i % STAGES
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(full.index(s), ROWS_W * BK * 2)
-            tma.async_copy_global_to_shared(desc, [tile * ROWS_W, k * BK], full.index(s),
-                                            ring.index(s).slice(0, ROWS_W))
+            mbarrier.expect(full.index(s), PER * ROWS_W * BK * 2)
+            for u in gl.static_range(PER):
+                tma.async_copy_global_to_shared(desc, [tile * ROWS_W, (kk * PER + u) * BK], full.index(s),
+                                                ring.index(s).slice(u * ROWS_W, ROWS_W))
             i += 1
     return i
 
@@ -200,20 +205,24 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
     c = gl.arange(0, W, layout=gl.SliceLayout(0, mma))
     col = c // 2 if PAIR else c                     # each accumulator column's output column within the tile
     rows = (r < M)[:, None] & (c < W)[None, :]
+    PER: gl.constexpr = 32 // W                     # k-tiles per weight slot (`_weights`)
     for tile in range(pid, N // BN, G):
         acc = gl.zeros([64, W], gl.float32, mma)
-        for k in range(K // BK):
-            xsl = j % XSTAGES
+        for kk in range(K // BK // PER):
             s = i % STAGES
-            mbarrier.wait(xfull.index(xsl), (j // XSTAGES) & 1)
             mbarrier.wait(full.index(s), (i // STAGES) & 1)
-            acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(0, W).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            # the MMA of step k - 1 is done: its slots are free
-            mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=k > 0)
-            mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES), pred=k > 0)
+            for u in gl.static_range(PER):
+                xsl = j % XSTAGES
+                mbarrier.wait(xfull.index(xsl), (j // XSTAGES) & 1)
+                acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(u * W, W).permute((1, 0)), acc,
+                                    is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+                # the MMA before this one is done: its x slot is free, and its weight slot if it was that slot's last
+                mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES), pred=(kk > 0) | (u > 0))
+                if u == 0:
+                    mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES), pred=kk > 0)
+                j += 1
             i += 1
-            j += 1
         acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
         mbarrier.arrive(empty.index((i + STAGES - 1) % STAGES))
         mbarrier.arrive(xempty.index((j + XSTAGES - 1) % XSTAGES))

@@ -11,11 +11,14 @@ If leaving out the MMAs (whose A operand is the 64-row activation tile, half of 
 alone do not explain, a chain with the weights as the MMA's A operand (swap-AB) is the next thing to build; if
 leaving out the copies changes little, the handshakes are.
 Kernel level as in the s33 probes: 28 layers of random yue2-3b weights, 32 rows, µs per layer in a CUDA graph.
-Run from the repository root: python docs/measured/2026-12-03-cpu-s34-chain-parts-probe.py"""
+`--protocol`: the protocol alone (no copies, no MMAs) without its grid waits, its output stores, or with half its
+handshakes (k-tiles of 256), to see what its time is made of.
+Run from the repository root: python docs/measured/2026-12-03-cpu-s34-chain-parts-probe.py [--protocol]"""
 import importlib.util
 import pathlib
 import sys
 import tempfile
+from dataclasses import replace
 
 import torch
 
@@ -49,12 +52,27 @@ VARIANTS = {
     "no weight copies, no activation copies (MMAs from shared memory)": WCOPY + XCOPY,
     "no copies, no MMAs (the protocol)": WCOPY + XCOPY + MMA,
 }
+STORES = [("            gl.store(out_ptr + offs, y, mask=rows)\n", ""),
+          ("                gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)\n",
+           "                pass\n"),
+          ("    gl.store(out_ptr + where, y, mask=where < M * N)    # row < M\n", "")]
+PROTOCOL = WCOPY + XCOPY + MMA
+# `--protocol`: what the protocol alone (no copies, no MMAs: 21.5 µs per layer) is made of
+PROTOCOL_VARIANTS = {
+    "the protocol": (PROTOCOL, {}),
+    "the protocol, no waits": (PROTOCOL + WAITS, {}),
+    "the protocol, k-tiles of 256 (half the handshakes)": (PROTOCOL, dict(bk=256, stages=6, xstages=3)),
+    "the protocol, no output stores": (PROTOCOL + STORES, {}),
+    "the protocol, no waits, no output stores": (PROTOCOL + WAITS + STORES, {}),
+    "the protocol, no waits, no output stores, k-tiles of 256": (PROTOCOL + WAITS + STORES,
+                                                                   dict(bk=256, stages=6, xstages=3)),
+}
 TMP = pathlib.Path(tempfile.mkdtemp())
 
 
-def variant(name: str):
+def variant(subs):
     src = SOURCE
-    for old, new in VARIANTS[name]:
+    for old, new in subs:
         assert old in src, old
         src = src.replace(old, new)
     path = TMP / f"chain_{len(list(TMP.iterdir()))}.py"
@@ -75,9 +93,12 @@ def main() -> None:
     a = torch.randn(32, H, device=dev, dtype=torch.bfloat16)
     x0 = torch.randn(32, H, device=dev, dtype=torch.bfloat16)
     nbytes = sum(layers[0][k].numel() * 2 for k in ("o", "gup", "d", "q"))
-    mods = {name: variant(name) for name in VARIANTS}
+    if "--protocol" in sys.argv:
+        mods = {name: (variant(subs), replace(layer_chain.TILING, **t)) for name, (subs, t) in PROTOCOL_VARIANTS.items()}
+    else:
+        mods = {name: (variant(subs), layer_chain.TILING) for name, subs in VARIANTS.items()}
     for rnd in range(2):
-        for name, mod in mods.items():
+        for name, (mod, tiling) in mods.items():
             stages._layer_chain_gluon = mod      # layer_chain._launch imports it from the package at each call
             state = layer_chain.words(dev)
 
@@ -85,7 +106,7 @@ def main() -> None:
                 x = x0
                 for layer in range(L):
                     x, _ = layer_chain._launch(a, x, layers[layer]["o"], layers[layer]["gup"], layers[layer]["d"],
-                                               layers[layer + 1]["q"], EPS, state)
+                                               layers[layer + 1]["q"], EPS, state, tiling)
             us = _time_graph(run_chain) / L * 1e6
             print(f"round {rnd} {name}: {us:.2f} µs per layer ({nbytes / us / 1e6:.2f} TB/s of weights); spins that "
                   f"gave up {int(state[0])}", flush=True)
