@@ -13,7 +13,8 @@ leaving out the copies changes little, the handshakes are.
 Kernel level as in the s33 probes: 28 layers of random yue2-3b weights, 32 rows, µs per layer in a CUDA graph.
 `--protocol`: the protocol alone (no copies, no MMAs) without its grid waits, its output stores, or with half its
 handshakes (k-tiles of 256), to see what its time is made of.
-Run from the repository root: python docs/measured/2026-12-03-cpu-s34-chain-parts-probe.py [--protocol]"""
+Run from the repository root: python docs/measured/2026-12-03-cpu-s34-chain-parts-probe.py [--protocol] — at commit
+841cade: the substitutions name that kernel's lines, which the full-slots change (df4839e) rewrote."""
 import importlib.util
 import pathlib
 import sys
