@@ -191,64 +191,46 @@ def _silu_up_store(acc, offs, out_ptr, M, N: gl.constexpr, BN: gl.constexpr):
 
 
 @gluon.jit
-def _multiply(xs, xfull, xempty, ring, full, empty, i, j, W: gl.constexpr, K: gl.constexpr, BK: gl.constexpr,
-              STAGES: gl.constexpr, XSTAGES: gl.constexpr, CID: gl.constexpr, NC: gl.constexpr):
-    """One tile's k-tiles that are consumer CID's of NC (its weight slots CID, CID + NC, …: all of them with one
-    consumer), summed in order into acc [64, W]; each slot is freed once the MMA after its last has started.
-    i, j: the ring counters (weight slots, x k-tiles) at the tile's start → (acc, the counters after the tile)."""
-    mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, W, 16])
-    PER: gl.constexpr = 32 // W                     # k-tiles per weight slot (`_weights`)
-    SLOTS: gl.constexpr = K // BK // PER
-    acc = gl.zeros([64, W], gl.float32, mma)
-    for kk in range(CID, SLOTS, NC):
-        si = i + kk
-        s = si % STAGES
-        mbarrier.wait(full.index(s), (si // STAGES) & 1)
-        for u in gl.static_range(PER):
-            xj = j + kk * PER + u
-            xsl = xj % XSTAGES
-            mbarrier.wait(xfull.index(xsl), (xj // XSTAGES) & 1)
-            acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(u * W, W).permute((1, 0)), acc, is_async=True)
-            acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-            # this consumer's MMA before this one is done: its x slot is free, and its weight slot if it was that
-            # slot's last
-            if u == 0:
-                mbarrier.arrive(xempty.index((xj + XSTAGES - (NC - 1) * PER - 1) % XSTAGES), pred=kk > CID)
-                mbarrier.arrive(empty.index((si + STAGES - NC) % STAGES), pred=kk > CID)
-            else:
-                mbarrier.arrive(xempty.index((xj + XSTAGES - 1) % XSTAGES))
-    acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-    last: gl.constexpr = SLOTS - NC + CID           # this consumer's last slot of the tile
-    mbarrier.arrive(empty.index((i + last) % STAGES))
-    mbarrier.arrive(xempty.index((j + last * PER + PER - 1) % XSTAGES))
-    return acc, i + SLOTS, j + SLOTS * PER
-
-
-@gluon.jit
-def _product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, out_ptr, res_ptr, sq_out, ready,
-             fac, M, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, sq_out, ready, fac, M,
+             N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
              XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr, NORM: gl.constexpr, ADD: gl.constexpr,
-             SQ: gl.constexpr, WAIT: gl.constexpr, NC: gl.constexpr):
+             SQ: gl.constexpr, WAIT: gl.constexpr):
     """out[:M, N] = epilogue(x · Wᵀ) over this program's tiles. ADD: + res (rounded like the unfused add); NORM:
     the rows' factors of the folded RMSNorm (fac, in shared memory); PAIR: SiLU(gate)·up from the tile's paired
     gate and up columns; SQ: each tile also writes its rows' sums of squares of what it stored to sq_out. WAIT:
-    the epilogue reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first. NC = 2:
-    the partner warpgroup (`_partner_product`) multiplies every other slot; its sum comes through `part`, t counts
-    the tiles that have."""
+    the epilogue reads what other programs wrote (res, fac): it waits for the signal warp's `ready` first.
+    i, j: the rings' counters (weight slots, x k-tiles), returned advanced past this product."""
     W: gl.constexpr = 2 * BN if PAIR else BN       # accumulator columns: a gate/up tile's are paired
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, W, 16])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
     c = gl.arange(0, W, layout=gl.SliceLayout(0, mma))
     col = c // 2 if PAIR else c                     # each accumulator column's output column within the tile
     rows = (r < M)[:, None] & (c < W)[None, :]
+    PER: gl.constexpr = 32 // W                     # k-tiles per weight slot (`_weights`)
+    SLOTS: gl.constexpr = K // BK // PER
     for tile in range(pid, N // BN, G):
-        acc, i, j = _multiply(xs, xfull, xempty, ring, full, empty, i, j, W, K, BK, STAGES, XSTAGES, 0, NC)
-        if NC == 2:     # + the partner's sum of the other slots, always in this order
-            mbarrier.wait(pfull, t & 1)
-            acc = acc + part.slice(0, W, dim=1).load(mma)
-            gl.thread_barrier()             # every thread has read `part` before the partner may write it again
-            mbarrier.arrive(pfree)
-            t += 1
+        # counters from the tile's start (i + kk, j + kk·PER + u) rather than stepped: 1 % faster, the same sums
+        acc = gl.zeros([64, W], gl.float32, mma)
+        for kk in range(SLOTS):
+            si = i + kk
+            s = si % STAGES
+            mbarrier.wait(full.index(s), (si // STAGES) & 1)
+            for u in gl.static_range(PER):
+                xj = j + kk * PER + u
+                xsl = xj % XSTAGES
+                mbarrier.wait(xfull.index(xsl), (xj // XSTAGES) & 1)
+                acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(u * W, W).permute((1, 0)), acc,
+                                    is_async=True)
+                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
+                # the MMA before this one is done: its x slot is free, and its weight slot if it was that slot's last
+                mbarrier.arrive(xempty.index((xj + XSTAGES - 1) % XSTAGES), pred=(kk > 0) | (u > 0))
+                if u == 0:
+                    mbarrier.arrive(empty.index((si + STAGES - 1) % STAGES), pred=kk > 0)
+        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
+        mbarrier.arrive(empty.index((i + SLOTS - 1) % STAGES))
+        mbarrier.arrive(xempty.index((j + SLOTS * PER - 1) % XSTAGES))
+        i += SLOTS
+        j += SLOTS * PER
 
         offs = r[:, None] * N + (tile * BN + col)[None, :]
         if WAIT:
@@ -266,23 +248,7 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pf
             if SQ:      # the next product's norm: this tile's share of each row's sum of squares
                 yf = y.to(gl.float32)
                 gl.store(sq_out + tile * ROWS + r, gl.sum(yf * yf, axis=1), mask=r < ROWS)
-    return i, j, t
-
-
-@gluon.jit
-def _partner_product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, N: gl.constexpr,
-                     K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                     XSTAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr):
-    """The partner warpgroup's half of `_product`: every other weight slot of each tile, its sum handed over."""
-    W: gl.constexpr = 2 * BN if PAIR else BN
-    for tile in range(pid, N // BN, G):
-        acc, i, j = _multiply(xs, xfull, xempty, ring, full, empty, i, j, W, K, BK, STAGES, XSTAGES, 1, 2)
-        mbarrier.wait(pfree, (t & 1) ^ 1)
-        part.slice(0, W, dim=1).store(acc)
-        gl.thread_barrier()                 # every thread's share is in shared memory before the arrive
-        mbarrier.arrive(pfull)
-        t += 1
-    return i, j, t
+    return i, j
 
 
 @gluon.jit
@@ -294,60 +260,35 @@ def _done(counter, i):
 
 
 @gluon.jit
-def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, part, pfull, pfree, a_res, h_out, g_out, x_out,
-             q_out, sq_h, sq_x, counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr,
-             BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr,
-             STAGES: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, NC: gl.constexpr):
+def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x,
+             counter, err, M, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
+             BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+             XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
     i = pid * 0
     j = pid * 0
-    t = pid * 0
     _wait_kernel_before(i)                  # the residual is the kernel before's (or an earlier one's) output
     _asm_zero(i, "griddepcontrol.launch_dependents;")  # the kernel after may launch (it waits for this one)
-    i, j, t = _product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, h_out, a_res, sq_h,
-                       ready.index(0), fac_h, M, H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False,
-                       NC)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, h_out, a_res, sq_h, ready.index(0), fac_h, M,
+                    H, H, BN_O, BK, STAGES, XSTAGES, G, False, False, True, True, False)
     _done(counter, i)
-    i, j, t = _product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, g_out, g_out, sq_h,
-                       ready.index(1), fac_h, M, I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True,
-                       NC)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, g_out, g_out, sq_h, ready.index(1), fac_h, M,
+                    I, H, BN_GU, BK, STAGES, XSTAGES, G, True, True, False, False, True)
     _done(counter + 1, i)
     _wait_counter(counter + 1, err, G)      # the down epilogue reads other programs' o output with plain loads
-    i, j, t = _product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, x_out, h_out, sq_x,
-                       ready.index(2), fac_x, M, H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True,
-                       NC)
+    i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, x_out, h_out, sq_x, ready.index(2), fac_x, M,
+                    H, I, BN_D, BK, STAGES, XSTAGES, G, False, False, True, NEXT, True)
     _done(counter + 2, i)
     if NEXT:
-        i, j, t = _product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, q_out, q_out,
-                           sq_x, ready.index(3), fac_x, M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False,
-                           False, True, NC)
+        i, j = _product(xs, xfull, xempty, ring, full, empty, i, j, pid, q_out, q_out, sq_x, ready.index(3), fac_x,
+                        M, Q, H, BN_Q, BK, STAGES, XSTAGES, G, False, True, False, False, True)
         _done(counter + 3, i)
-
-
-@gluon.jit
-def partner(xs, xfull, xempty, ring, full, empty, part, pfull, pfree, pid, H: gl.constexpr, I: gl.constexpr,
-            Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr,
-            BK: gl.constexpr, STAGES: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
-    """The second consumer warpgroup (CONSUMERS = 2): the other half of every tile's slots, in the same products."""
-    i = pid * 0
-    j = pid * 0
-    t = pid * 0
-    i, j, t = _partner_product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, H, H, BN_O, BK,
-                               STAGES, XSTAGES, G, False)
-    i, j, t = _partner_product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, I, H, BN_GU,
-                               BK, STAGES, XSTAGES, G, True)
-    i, j, t = _partner_product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, H, I, BN_D, BK,
-                               STAGES, XSTAGES, G, False)
-    if NEXT:
-        i, j, t = _partner_product(xs, xfull, xempty, ring, full, empty, i, j, t, pid, part, pfull, pfree, Q, H,
-                                   BN_Q, BK, STAGES, XSTAGES, G, False)
 
 
 @gluon.jit
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
-                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True,
-                CONSUMERS: gl.constexpr = 1):
+                XSTAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr, EARLY: gl.constexpr = True):
     """Grid (G,): G programs, one per SM. wo/wgu/wd/wq: TMA descriptors of the weights (blocks [BN_*, BK]; wgu
     [2·BN_GU, BK] over the [2I, H] gate/up matrix with its rows paired); xa/xh/xg/xn: TMA descriptors (blocks
     [32, BK]) of the attention output, the o output, the SiLU·up output and the down output; a_res: the residual
@@ -355,8 +296,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     sq_x [H / BN_D, 32] FP32: workspaces for the rows' sums of squares of h_out and x_out (the norms before gate/up
     and q/k/v); counter: five int32 words (one per product, then the programs that have left; zero at launch),
     err: an int32 word that counts spins that gave up. NEXT: the next layer's q/k/v product runs too. EARLY: the
-    weight warp starts before the kernel before has finished. CONSUMERS = 2: a second warpgroup (`partner`) takes
-    every other weight slot of each tile and hands its sum over (acc = mine + partner's: another fixed order)."""
+    weight warp starts before the kernel before has finished."""
     pid = gl.program_id(0)
     ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK], gl.NVMMASharedLayout.get_default_for([32, BK],
                                                                                                        gl.bfloat16))
@@ -366,9 +306,6 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     fac_h = gl.allocate_shared_memory(gl.float32, [64], fac)    # the norm factors of gate/up's and q/k/v's rows;
     fac_x = gl.allocate_shared_memory(gl.float32, [64], fac)    # rows 32-63 (the MMA's padding) stay zero
     ready = gl.allocate_shared_memory(gl.int64, [4, 1], mbarrier.MBarrierLayout())
-    part = gl.allocate_shared_memory(gl.float32, [64 if CONSUMERS == 2 else 1, 32],
-                                     gl.SwizzledSharedLayout(1, 1, 1, [1, 0]))     # the partner's sums
-    hand = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # `part` full, `part` free
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
@@ -381,9 +318,6 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
         mbarrier.init(xempty.index(s), count=1)
     for s in gl.static_range(4):
         mbarrier.init(ready.index(s), count=1)
-    if CONSUMERS == 2:
-        for s in gl.static_range(2):
-            mbarrier.init(hand.index(s), count=1)
     flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
     fac_h.store(gl.zeros([64], gl.float32, flat))
     fac_x.store(gl.zeros([64], gl.float32, flat))
@@ -391,30 +325,15 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     for s in gl.static_range(XSTAGES):      # rows 32-63 stay zero: TMA fills rows 0-31 only
         xs.index(s).store(gl.zeros([64, BK], gl.bfloat16, zero))
     fence_async_shared()
-    if CONSUMERS == 2:      # the partner first among the workers: its four warps make one aligned warpgroup
-        gl.warp_specialize([
-            (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, part, hand.index(0), hand.index(1),
-                        a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU,
-                        BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, 2)),
-            (partner, (xs, xfull, xempty, ring, full, empty, part, hand.index(0), hand.index(1), pid, H, I, Q, BN_O,
-                       BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
-            (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
-                           NEXT, EARLY)),
-            (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
-                               BK, XSTAGES, G, NEXT)),
-            (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
-        ], [4, 1, 1, 1], [128, 40, 40, 80])
-    else:
-        gl.warp_specialize([
-            (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, part, hand.index(0), hand.index(1),
-                        a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU,
-                        BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT, 1)),
-            (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
-                           NEXT, EARLY)),
-            (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
-                               BK, XSTAGES, G, NEXT)),
-            (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
-        ], [1, 1, 1], [40, 40, 80])
+    gl.warp_specialize([
+        (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h_out, g_out, x_out, q_out, sq_h,
+                    sq_x, counter, err, M, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
+        (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
+                       NEXT, EARLY)),
+        (activation_warp, (xa, xh, xg, xn, xs, xfull, xempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
+                           BK, XSTAGES, G, NEXT)),
+        (signal_warp, (counter, err, sq_h, sq_x, ready, fac_h, fac_x, M, eps, H, BN_O, BN_D, G, NEXT)),
+    ], [1, 1, 1], [40, 40, 80])
     # every warp of this program is past its last wait: count that, and the last program to leave resets the
     # counters for the next launch (no program can still be waiting on one then)
     old = gl.atomic_add(counter + 4, 1, sem="acq_rel", scope="gpu")
