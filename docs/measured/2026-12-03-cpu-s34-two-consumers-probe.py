@@ -9,7 +9,9 @@ consumer adds it to its own (a fixed order, so still batch-invariant, but other 
 2. The engine with one and two consumers: ms per step at one plan row of 450 keys, one semantic row of 7,680 and
    24 of them.
 Run from the repository root (after `farm init-checkpoint out/ck --config yue2-3b --device cuda`):
-python docs/measured/2026-12-03-cpu-s34-two-consumers-probe.py [--engine]"""
+python docs/measured/2026-12-03-cpu-s34-two-consumers-probe.py [--engine]
+Result (`…-h200-s34-two-consumers-{kernel,engine}.log`): two consumers correct but slower; they went again
+after commit 647069e, so the probe runs at that commit."""
 import importlib.util
 import pathlib
 import subprocess
