@@ -31,12 +31,13 @@ from . import skinny_gemm
 @dataclass(frozen=True)
 class ChainTiling:
     """Rows of weight per tile for each product (gate/up: outputs per tile, so twice as many paired rows), the
-    depth of a weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows (a tile of 16 rows fills it with
-    two k-tiles) and an activation slot 64 rows (the MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared memory at BK 128. `pdl`: launched to overlap
-    the kernel before (programmatic dependent launch); `early_weights`: its weight stream starts then, before that
-    kernel has finished (both are what made the engine's step faster; docs/ar-engine.md); `programs`: how many
-    programs (at most one per SM) share the tiles. o/down tiles of 16 rows: 128 tiles on an H200's 132 programs
-    (37.6 against 39.1 µs per layer at 32 rows, docs/benchmarks.md)."""
+    depth of a weight k-tile, and the two rings' slots. A ring slot holds 32 weight rows (a tile of 16 rows fills
+    it with two k-tiles) and an activation slot 64 rows (the MMA's M), so STAGES · 8 KB + XSTAGES · 16 KB of shared
+    memory at BK 128. `pdl`: launched to overlap the kernel before (programmatic dependent launch);
+    `early_weights`: its weight stream starts then, before that kernel has finished (both are what made the
+    engine's step faster; docs/ar-engine.md); `programs`: how many programs (at most one per SM) share the tiles.
+    o/down tiles of 16 rows: 128 tiles on an H200's 132 programs (37.6 against 39.1 µs per layer at 32 rows,
+    docs/benchmarks.md)."""
     bn_o: int = 16
     bn_gu: int = 16
     bn_d: int = 16
