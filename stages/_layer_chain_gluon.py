@@ -285,6 +285,22 @@ def consumer(xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, a_res, h
 
 
 @gluon.jit
+def _start(full, empty, xfull, xempty, ready, fac_h, fac_x, STAGES: gl.constexpr, XSTAGES: gl.constexpr):
+    """Every ring barrier and the four `ready` barriers initialised (one arrival each), the norm factors zero."""
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    for s in gl.static_range(XSTAGES):
+        mbarrier.init(xfull.index(s), count=1)
+        mbarrier.init(xempty.index(s), count=1)
+    for s in gl.static_range(4):
+        mbarrier.init(ready.index(s), count=1)
+    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
+    fac_h.store(gl.zeros([64], gl.float32, flat))
+    fac_x.store(gl.zeros([64], gl.float32, flat))
+
+
+@gluon.jit
 def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_out, sq_h, sq_x, counter, err, M, eps,
                 H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr,
                 BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
@@ -310,17 +326,7 @@ def layer_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_o
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
     xempty = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(full.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
-    for s in gl.static_range(XSTAGES):
-        mbarrier.init(xfull.index(s), count=1)
-        mbarrier.init(xempty.index(s), count=1)
-    for s in gl.static_range(4):
-        mbarrier.init(ready.index(s), count=1)
-    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    fac_h.store(gl.zeros([64], gl.float32, flat))
-    fac_x.store(gl.zeros([64], gl.float32, flat))
+    _start(full, empty, xfull, xempty, ready, fac_h, fac_x, STAGES, XSTAGES)
     zero: gl.constexpr = gl.BlockedLayout([1, 8], [2, 16], [4, 1], [1, 0])
     for s in gl.static_range(XSTAGES):      # rows 32-63 stay zero: TMA fills rows 0-31 only
         xs.index(s).store(gl.zeros([64, BK], gl.bfloat16, zero))

@@ -34,7 +34,8 @@ from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared
                                                                warpgroup_mma_wait)
 
 sys.path.insert(0, ".")
-from stages._layer_chain_gluon import _asm_zero, _factor, _wait_counter, _wait_kernel_before  # noqa: E402
+from stages._layer_chain_gluon import (_asm_zero, _factor, _start, _wait_counter,  # noqa: E402
+                                       _wait_kernel_before)
 
 L, H, I, Q = 28, 2048, 6144, 4096
 EPS = 1e-6
@@ -256,17 +257,7 @@ def swap_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_ou
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     xfull = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
     xempty = gl.allocate_shared_memory(gl.int64, [XSTAGES, 1], mbarrier.MBarrierLayout())
-    for s in gl.static_range(STAGES):
-        mbarrier.init(full.index(s), count=1)
-        mbarrier.init(empty.index(s), count=1)
-    for s in gl.static_range(XSTAGES):
-        mbarrier.init(xfull.index(s), count=1)
-        mbarrier.init(xempty.index(s), count=1)
-    for s in gl.static_range(4):
-        mbarrier.init(ready.index(s), count=1)
-    flat: gl.constexpr = gl.BlockedLayout([1], [32], [4], [0])
-    fac_h.store(gl.zeros([64], gl.float32, flat))
-    fac_x.store(gl.zeros([64], gl.float32, flat))
+    _start(full, empty, xfull, xempty, ready, fac_h, fac_x, STAGES, XSTAGES)
     fence_async_shared()
     gl.warp_specialize([
         (consumer, (xs, xfull, xempty, ring, full, empty, ready, fac_h, fac_x, work, tiles, a_res, h_out, g_out, x_out,
