@@ -47,14 +47,18 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                        PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time through a
     pipelined loop: the query heads of one GQA group against the span's keys, online softmax in FP32."""
-    if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
-        tl.extra.cuda.gdc_wait()
-        tl.extra.cuda.gdc_launch_dependents()
     GROUPS: tl.constexpr = HEADS // KV
     row, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    # The step's lengths are written before the kernel before begins (each kernel of the step waits for its own
+    # kernel before, then lets the next launch), so they can be read before the wait; a span with no keys then
+    # leaves at once instead of holding an SM while it waits (2026-12-03: 1.5-2 % off a one-row step).
     past = tl.load(LENS + row) - 1
     span = _span(past, PROGRAMS, PAGE)
     start = split * span
+    if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
+        if start < past:
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
     if start < past:
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, D)
