@@ -105,8 +105,7 @@ def kernel_level(kern, base):
         def call(a, x, lay, nxt):
             return layer_chain._launch(a, x, lay["o"], lay["gu"], lay["d"], nxt["q"], EPS, state, t)
         return call
-    import stages
-    original = stages._layer_chain_gluon
+    from stages import _layer_chain_gluon as original
     use(original)
     ref = fn(base)(a, x0, layers[0], layers[1])
     use(kern)
@@ -142,8 +141,7 @@ def engine_level(kern, base, names):
     from stages.requests import open_checkpoint
     from stages.transformer import AR, HEAD
     from stages.weights import load_model
-    import stages
-    original = stages._layer_chain_gluon
+    from stages import _layer_chain_gluon as original
     ckpt = open_checkpoint(pathlib.Path("out/ck/model"), pathlib.Path("out/ck/vae"))
     cfg = ckpt.cfg
     net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device="cuda")
