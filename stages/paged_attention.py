@@ -8,15 +8,12 @@ is read or stored, and its output is zeros). Doing the norm and RoPE here spares
 both kernels load q (and the merge kernel the new key) anyway.
 
 On CUDA this is a split-KV ("flash-decoding") pair of Triton kernels: the cached keys of a row are cut into at
-most `PROGRAMS` spans of whole pages (`_span`: a 450-key row gets 8 spans of one page, a 7,680-key row 30 of four
-pages); a program handles one row, one KV head (all the query heads of its GQA group at once) and one span — or two
-consecutive spans, each summed and stored on its own, when more than `WIDE_ROWS` rows of the step are live — a
-page at a time through a pipelined loop, so the grid does not grow with the cache and a program without keys leaves
-at once; a second kernel merges the new key and the spans in order and stores the new key and value (two launches
-per layer, the cache write included). The spans depend only on the row's own length, and which program sums a span
-changes none of its bits, so a row's numbers never depend on which other rows share the step (batch invariance).
-Why two regimes (docs/benchmarks.md, 2026-12-03 sixth session): one long row runs 9 % faster with 32 spans than
-with 16, but many rows ran 1 % slower with 32 programs each. SDPA over a padded cache reads every row up to the longest;
+most `PROGRAMS` spans of whole pages (`_span`: a 450-key row gets 8 spans of one page, a 7,680-key row 15 of eight
+pages); a program handles one row, one KV head (all the query heads of its GQA group at once) and one span, a page
+at a time through a pipelined loop, so the grid does not grow with the cache while idle rows cost one load; a second
+kernel merges the new key and the spans in order and stores the new key and value (two launches per layer, the
+cache write included). The spans depend only on the row's own length, so a row's numbers never depend on which
+other rows share the step (batch invariance). SDPA over a padded cache reads every row up to the longest;
 `farm bench ar` measures the two side by side. On the CPU the same maths runs in plain PyTorch (tests, tiny
 models). docs/ar-engine.md says more.
 """
@@ -29,8 +26,7 @@ import torch
 from .kv_cache import to_pool
 from .transformer import Dims, qk_norm_rope, split_heads
 
-PROGRAMS = 32        # spans per row at most (programs per (row, KV head)): short rows spread over several
-WIDE_ROWS = 4        # live rows up to which every span has a program of its own; beyond, a program takes two
+PROGRAMS = 16        # programs (spans) per (row, KV head): short rows spread over several, long rows over no more
 STAGES = 2           # pages in flight per program (the span loop's pipeline; 2, 3 and 4 measured level)
 
 
@@ -89,7 +85,7 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
-        STAGES=STAGES, WIDE_ROWS=WIDE_ROWS, ROWS_PAD=triton.next_power_of_2(rows), **common)
+        STAGES=STAGES, **common)
     merge_and_store[(rows, heads)](
         qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),

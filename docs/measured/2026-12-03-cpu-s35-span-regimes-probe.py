@@ -5,7 +5,9 @@ kernel cuts a row into at most 32 spans, and while more than WIDE_ROWS (4) rows 
 consecutive spans (each summed and stored on its own: the same bits either way) — so few rows get 32 programs and
 many rows the 16 programs' work. Engine level as in the idle-spans probe: the committed 16-span kernel (c7b2d6b, from
 `.gpu/pa_16spans.py`, given the new launch's two extra constants) against the new one; ms per step.
-Run from the repository root: python docs/measured/2026-12-03-cpu-s35-span-regimes-probe.py (needs out/ck)."""
+Run from the repository root at commit b2bb1ab (the new kernel, reverted after this measurement): python
+docs/measured/2026-12-03-cpu-s35-span-regimes-probe.py (needs out/ck). Result (`…-h200-s35-span-regimes.log`): slower
+everywhere but one long row (1.734 against 1.837 ms), 2-7 % slower from 4 rows up."""
 import importlib.util
 import pathlib
 import sys
