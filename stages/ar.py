@@ -101,6 +101,9 @@ class AREngine:
         self.lengths = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.next_logits = torch.zeros(slots, cfg.vocab_size, dtype=self.dtype, device=self.device)
         self.drawn = torch.full((block, slots), -1, dtype=torch.long, device=self.device)
+        # cos and sin of every position a slot can reach, computed once: a step gathers its rows (one kernel where
+        # computing them took ~10 small ones) and gets the same values, elementwise the same ops
+        self.rope = torch.stack(rope_tables(torch.arange(cfg.context + 1, device=self.device), cfg, self.dtype))
         pinned = self.device.type == "cuda"
         self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
         self.free_slots = deque(range(slots))
@@ -203,7 +206,7 @@ class AREngine:
         """Append ids at positions start… of `slot`: causal attention over its keys and the new ones → [1, T, H]."""
         end = start + ids.shape[0]
         x = self.model.model.embed_tokens(ids)[None]
-        cos, sin = rope_tables(torch.arange(start, end, device=self.device), self.cfg, self.dtype)
+        cos, sin = self.rope[:, start:end]
         pages, offsets = self.kv.where(slot, start, end)
         mask = None
         if start:
@@ -228,7 +231,7 @@ class AREngine:
         kv = self.kv
         seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
         x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
-        cos, sin = rope_tables(positions, self.cfg, self.dtype)                # [S, D]
+        cos, sin = self.rope[:, positions]                                      # [S, D] each
         if self.chain:
             return self._chained(x, cos, sin, seq_lens)
         for i, w in enumerate(self.step_weights):

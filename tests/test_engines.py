@@ -156,6 +156,22 @@ def test_batched_forward_equals_per_row_forwards(model):
         assert torch.equal(alone.decode({slot: 100 + slot})[slot], out[slot])
 
 
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_rope_table_gives_what_rope_tables_computes(dtype):
+    """The engine gathers each step's cos and sin from a table computed once (`AREngine.rope`): the same bits as
+    computing them for the step's positions, for any positions up to the context (yue2-3b's shapes)."""
+    from pathlib import Path
+
+    from stages.config import from_toml
+    from stages.transformer import rope_tables
+
+    cfg = from_toml(Path(__file__).parents[1] / "configs" / "models" / "yue2-3b.toml").model
+    table = torch.stack(rope_tables(torch.arange(cfg.context + 1), cfg, dtype))
+    positions = torch.cat([torch.tensor([0, 1, cfg.context]), torch.randint(0, cfg.context + 1, (61,))])
+    assert all(torch.equal(a, b) for a, b in zip(table[:, positions], rope_tables(positions, cfg, dtype)))
+    assert all(torch.equal(a, b) for a, b in zip(table[:, 4093:4500], rope_tables(torch.arange(4093, 4500), cfg, dtype)))
+
+
 def test_a_step_reads_only_the_spans_of_the_vocabulary_its_phases_draw_from():
     """Plan-only steps read the lm_head's text span (82 % of yue2-3b's vocabulary), semantic-only steps its codec
     span (18 %), each with its phase's end id and widened to a multiple of 64 ids; a step of both reads the two."""

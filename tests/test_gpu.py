@@ -145,6 +145,20 @@ def test_candidate_kernels_equal_the_pytorch_scores_on_the_gpu(span):
         fs.book(t, first + 40 + torch.randint(0, 200, (slots,), device="cuda", generator=g))
 
 
+def test_the_rope_table_gives_what_rope_tables_computes_on_the_gpu(gpu_model):
+    """The step's cos and sin gathered from the engine's table (computed once) are the bits the CUDA kernels give
+    for the step's own positions."""
+    from stages.ar import AREngine
+    from stages.transformer import rope_tables
+
+    model, cfg = gpu_model
+    engine = AREngine(model, cfg.tokens, kv_tokens=cfg.model.context)
+    context = cfg.model.context
+    positions = torch.cat([torch.tensor([0, 1, context]), torch.randint(0, context + 1, (61,))]).cuda()
+    assert all(torch.equal(a, b) for a, b in zip(engine.rope[:, positions], rope_tables(positions, cfg.model,
+                                                                                        engine.dtype)))
+
+
 @pytest.mark.parametrize("chain", [True, False])
 @pytest.mark.parametrize("sampler", ["fast", "exact"])
 def test_graph_step_equals_eager_step(gpu_model, sampler, chain):
