@@ -101,8 +101,8 @@ class AREngine:
         self.lengths = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.next_logits = torch.zeros(slots, cfg.vocab_size, dtype=self.dtype, device=self.device)
         self.drawn = torch.full((block, slots), -1, dtype=torch.long, device=self.device)
-        # cos and sin of every position a slot can reach, computed once: a step gathers its rows (one kernel where
-        # computing them took ~10 small ones) and gets the same values, elementwise the same ops
+        # cos and sin of every position a slot can reach (0 … context), computed once: a step gathers its rows (one
+        # kernel where computing them took ~10 small ones) and gets the same values, elementwise the same ops
         self.rope = torch.stack(rope_tables(torch.arange(cfg.context + 1, device=self.device), cfg, self.dtype))
         pinned = self.device.type == "cuda"
         self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
