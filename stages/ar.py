@@ -31,7 +31,7 @@ from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
 from .paged_attention import decode_attention
 from .protocol import check_context
-from .transformer import AR, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits, rms_norm, rope_tables
+from .transformer import AR, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits, rms_norm, rope_table
 
 STEP_SLOTS = 32      # rows of every step: one shape everywhere, so the sequential path and the farm agree
 SAMPLERS = ("fast", "exact")
@@ -101,9 +101,9 @@ class AREngine:
         self.lengths = torch.zeros(slots, dtype=torch.long, device=self.device)
         self.next_logits = torch.zeros(slots, cfg.vocab_size, dtype=self.dtype, device=self.device)
         self.drawn = torch.full((block, slots), -1, dtype=torch.long, device=self.device)
-        # cos and sin of every position a slot can reach (0 … context), computed once: a step gathers its rows (one
-        # kernel where computing them took ~10 small ones) and gets the same values, elementwise the same ops
-        self.rope = torch.stack(rope_tables(torch.arange(cfg.context + 1, device=self.device), cfg, self.dtype))
+        # cos and sin of every position a slot can reach, computed once: a step gathers its rows (one kernel where
+        # computing them took ~10 small ones)
+        self.rope = rope_table(cfg, self.dtype, self.device)
         pinned = self.device.type == "cuda"
         self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
         self.free_slots = deque(range(slots))

@@ -142,6 +142,12 @@ def rope_tables(positions: torch.Tensor, cfg: ModelConfig, dtype: torch.dtype):
     return emb.cos().to(dtype), emb.sin().to(dtype)
 
 
+def rope_table(cfg: ModelConfig, dtype: torch.dtype, device=None) -> torch.Tensor:
+    """`rope_tables` for every position 0 … context at once → [2 (cos, sin), context + 1, head_dim]. Elementwise
+    the same ops, so a row of it has the bits `rope_tables` gives for that position alone."""
+    return torch.stack(rope_tables(torch.arange(cfg.context + 1, device=device), cfg, dtype))
+
+
 def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
     """Non-interleaved (rotate-half) RoPE. x [B, T, heads, D]; cos/sin [T, D] or [B, T, D]."""
     if cos.dim() == 2:

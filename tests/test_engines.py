@@ -158,15 +158,15 @@ def test_batched_forward_equals_per_row_forwards(model):
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_the_rope_table_gives_what_rope_tables_computes(dtype):
-    """The engine gathers each step's cos and sin from a table computed once (`AREngine.rope`): the same bits as
-    computing them for the step's positions, for any positions up to the context (yue2-3b's shapes)."""
+    """The engine gathers each step's cos and sin from `rope_table` (computed once, `AREngine.rope`): the same bits
+    as computing them for the step's positions, for any positions up to the context (yue2-3b's shapes)."""
     from pathlib import Path
 
     from stages.config import from_toml
-    from stages.transformer import rope_tables
+    from stages.transformer import rope_table, rope_tables
 
     cfg = from_toml(Path(__file__).parents[1] / "configs" / "models" / "yue2-3b.toml").model
-    table = torch.stack(rope_tables(torch.arange(cfg.context + 1), cfg, dtype))
+    table = rope_table(cfg, dtype)
     positions = torch.cat([torch.tensor([0, 1, cfg.context]), torch.randint(0, cfg.context + 1, (61,))])
     assert all(torch.equal(a, b) for a, b in zip(table[:, positions], rope_tables(positions, cfg, dtype)))
     run = rope_tables(torch.arange(4093, 4500), cfg, dtype)       # a prefill's run of positions
