@@ -22,6 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
+from . import nar_attention
 from .compiled import compiled
 from .config import TokenLayout
 from .protocol import ProtocolError, chunk_ranges
@@ -68,10 +69,11 @@ def midpoint_solve(v: Callable[[torch.Tensor, float], torch.Tensor], x: torch.Te
 class AcousticEngine:
     """Holds a model with the AR and NAR branches (no lm_head) on one device."""
 
-    def __init__(self, model: YuE2, layout: TokenLayout):
+    def __init__(self, model: YuE2, layout: TokenLayout, attention: str | None = None):
         weight = model.model.norm.weight
         self.model, self.layout, self.cfg = model, layout, model.cfg
         self.device, self.dtype = weight.device, weight.dtype
+        self.attention = nar_attention.pick(self.device, attention)
         self.head, self.tail = layer_head, layer_tail
         self.graphs = self.device.type == "cuda"
         if self.device.type == "cuda":
@@ -109,7 +111,7 @@ class AcousticEngine:
         tokens = torch.tensor(ids, dtype=torch.long, device=self.device)
         _, prefix_kv = ar_prefill(self.model, tokens)
         end = cond_end if cond_end > 0 else len(ids)
-        buffers = nar_kv_buffers(prefix_kv, end, len(noise) + 2)
+        buffers = nar_kv_buffers(prefix_kv, end, len(noise) + 2, self.attention.seq_major)
         del prefix_kv
         v = self.evaluator(len(ids), end, buffers)
         x = midpoint_solve(v, noise.to(device=self.device, dtype=self.dtype), steps)
@@ -117,9 +119,11 @@ class AcousticEngine:
 
     def evaluator(self, prefix_len: int, end: int, buffers) -> Callable[[torch.Tensor, float], torch.Tensor]:
         """One chunk's velocity v(x, raw) as the engine evaluates it (transformer.velocity's maths over filled
-        prefix buffers; on CUDA a replayed graph after the first call). The chunk's shapes stay fixed."""
+        prefix buffers, laid out for `self.attention`; on CUDA a replayed graph after the first call). The chunk's
+        shapes stay fixed."""
         def at(x, tau):
-            return velocity_at(self.model, prefix_len, end, x, tau, buffers, self.head, self.tail)
+            return velocity_at(self.model, prefix_len, end, x, tau, buffers, self.head, self.tail,
+                               self.attention.attend)
 
         f = _Graphed(at) if self.graphs else at
 

@@ -324,14 +324,20 @@ def nar_inputs(model: YuE2, x: torch.Tensor, tau: torch.Tensor) -> torch.Tensor:
     return (model.vae2llm(x_pad) + te) + model.latent_pos_embed.pe[index]
 
 
-def nar_kv_buffers(prefix_kv, end: int, rows: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
+def nar_kv_buffers(prefix_kv, end: int, rows: int,
+                   seq_major: bool = False) -> list[tuple[torch.Tensor, torch.Tensor]]:
     """Per layer, K and V buffers [1, KV, end + rows, D] whose first `end` keys are the prefix's: `velocity` writes
     the NAR rows' keys and values after them on every call, so the prefix is copied once per chunk rather than
-    concatenated on every one of the ODE's evaluations."""
+    concatenated on every one of the ODE's evaluations. `seq_major` stores them [1, end + rows, KV, D] (the layout
+    of FlashAttention's kernels, nar_attention.py) behind the same [1, KV, S, D] view."""
+    def empty(t):
+        if seq_major:
+            return t.new_empty(1, end + rows, t.shape[1], t.shape[3]).transpose(1, 2)
+        return t.new_empty(1, t.shape[1], end + rows, t.shape[3])
+
     buffers = []
     for k, v in prefix_kv:
-        kb = k.new_empty(1, k.shape[1], end + rows, k.shape[3])
-        vb = v.new_empty(1, v.shape[1], end + rows, v.shape[3])
+        kb, vb = empty(k), empty(v)
         kb[:, :, :end], vb[:, :, :end] = k[:, :, :end], v[:, :, :end]
         buffers.append((kb, vb))
     return buffers
@@ -353,9 +359,10 @@ def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: floa
 
 
 def velocity_at(model: YuE2, prefix_len: int, end: int, x: torch.Tensor, tau: torch.Tensor, buffers,
-                head=layer_head, tail=layer_tail):
+                head=layer_head, tail=layer_tail, attention=attend):
     """`velocity` at a given τ (a 0-d device tensor, `timestep_tau`) over filled prefix buffers whose first `end`
-    keys the NAR rows see: device work only, so a CUDA graph can hold it (the acoustic engine replays one)."""
+    keys the NAR rows see: device work only, so a CUDA graph can hold it (the acoustic engine replays one).
+    `attention(q, k, v)` is `attend` or another kernel of the same maths (nar_attention.py)."""
     h = nar_inputs(model, x, tau)[None]
     positions = prefix_len + torch.arange(h.shape[1], device=x.device)
     cos, sin = rope_tables(positions, model.cfg, h.dtype)
@@ -363,7 +370,7 @@ def velocity_at(model: YuE2, prefix_len: int, end: int, x: torch.Tensor, tau: to
     for w, (kb, vb) in zip(branch_weights(model, NAR), buffers):
         q, k, v = head(h, w, cos, sin, d)
         kb[:, :, end:], vb[:, :, end:] = k, v
-        h = tail(h, attend(q, kb, vb), w, d)
+        h = tail(h, attention(q, kb, vb), w, d)
     return model.llm2vae(model.model.norm(h[0]))[1:-1]
 
 

@@ -65,3 +65,28 @@ def test_bad_codes_are_refused(engine):
 
     with pytest.raises(ProtocolError, match=r"\[0, 64\)"):
         engine.synthesize(AcousticRequest("t", (256, 464), np.array([3, 64], dtype=np.int32), seed=1, ode_steps=1))
+
+
+def test_seq_major_kv_buffers_give_the_same_velocity(engine):
+    """FlashAttention's K/V layout ([1, S, KV, D] behind the same view) changes where the keys sit, not the maths:
+    the same velocity bits through SDPA on the CPU."""
+    from stages.transformer import ar_prefill, nar_kv_buffers, velocity
+
+    ids = torch.tensor([256] + list(range(60, 160)) + [464], dtype=torch.long)
+    _, kv = ar_prefill(engine.model, ids)
+    x = torch.randn(20, 8, generator=torch.Generator("cpu").manual_seed(1))
+    plain, seq = (nar_kv_buffers(kv, len(ids), 22, seq_major) for seq_major in (False, True))
+    assert seq[0][0].shape == plain[0][0].shape and seq[0][0].transpose(1, 2).is_contiguous()
+    assert torch.equal(velocity(engine.model, kv, len(ids), x, 0.3, buffers=plain),
+                       velocity(engine.model, kv, len(ids), x, 0.3, buffers=seq))
+
+
+def test_nar_attention_choice(monkeypatch):
+    from stages import nar_attention
+
+    assert nar_attention.pick(torch.device("cpu")).name == "sdpa"
+    with pytest.raises(ValueError, match="Hopper or Blackwell"):
+        nar_attention.pick(torch.device("cpu"), "fa4")
+    monkeypatch.setenv("FARM_NAR_ATTENTION", "flash9")
+    with pytest.raises(ValueError, match="FARM_NAR_ATTENTION: unknown kernel 'flash9'"):
+        nar_attention.pick(torch.device("cpu"))

@@ -330,6 +330,31 @@ def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):
     assert np.array_equal(got, eager.synthesize(request))
 
 
+def test_flash_attention_4_acoustic_stays_close_to_sdpa(tiny_ckpt_dir):
+    """The acoustic engine with FlashAttention-4 (seq-major K/V buffers) against the same engine with SDPA: the
+    same latents to BF16 rounding; repeatable, and the replayed graph gives the eager launches' bits."""
+    pytest.importorskip("flash_attn.cute.interface")
+    from stages.acoustic import AcousticEngine, AcousticRequest
+    from stages.config_json import from_checkpoint
+    from stages.transformer import AR, NAR
+    from stages.weights import load_model
+
+    root = Path(os.environ.get("FARM_GPU_CKPT", tiny_ckpt_dir))
+    cfg = from_checkpoint(root / "model", root / "vae")
+    model = load_model(root / "model", cfg, {AR, NAR}, device="cuda", dtype=torch.bfloat16)
+    rng = np.random.default_rng(0)
+    request = AcousticRequest("a", tuple(int(t) for t in rng.integers(0, 100, 300)),
+                              rng.integers(0, cfg.tokens.codebook, 150).astype(np.int32), seed=3, ode_steps=2)
+    fa4, sdpa = AcousticEngine(model, cfg.tokens, "fa4"), AcousticEngine(model, cfg.tokens, "sdpa")
+    assert (fa4.attention.name, sdpa.attention.name) == ("fa4", "sdpa")
+    got, want = fa4.synthesize(request), sdpa.synthesize(request)
+    assert np.abs(got - want).mean() <= 0.02 * np.abs(want).mean(), np.abs(got - want).mean()
+    assert np.array_equal(got, fa4.synthesize(request))
+    eager = AcousticEngine(model, cfg.tokens, "fa4")
+    eager.graphs = False
+    assert np.array_equal(got, eager.synthesize(request))
+
+
 def test_fused_snake_equals_eager():
     from stages.vae import _fused_snake, snake
 

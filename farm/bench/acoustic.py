@@ -47,17 +47,23 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
     prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, prefix_tokens)]
     codes = rng.integers(0, cfg.tokens.codebook, frames).astype(np.int32)
     ids = chunk_tokens(prefix, codes, 0, frames, cfg.tokens)
+    engines = {"engine": engine}
+    if engine.attention.name != "sdpa":       # the same engine with SDPA's attention, timed beside it
+        engines[f"engine, {engine.attention.name} → sdpa"] = AcousticEngine(net, cfg.tokens, "sdpa")
     with torch.inference_mode():
         _, kv = ar_prefill(net, torch.tensor(ids, device=device))
-        buffers = nar_kv_buffers(kv, len(ids), frames + 2)
+        buffers = {seq_major: nar_kv_buffers(kv, len(ids), frames + 2, seq_major)
+                   for seq_major in {e.attention.seq_major for e in engines.values()} | {False}}
         del kv
         x = song_noise(frames, cfg.model.latent_dim, 0).to(device=device, dtype=engine.dtype)
-        runs = {"engine": functools.partial(engine.evaluator(len(ids), len(ids), buffers), x, 0.5),
-                "plain": lambda: velocity(net, None, len(ids), x, 0.5, 0, buffers, layer_head, layer_tail)}
+        runs = {name: functools.partial(e.evaluator(len(ids), len(ids), buffers[e.attention.seq_major]), x, 0.5)
+                for name, e in engines.items()}
+        runs["plain"] = lambda: velocity(net, None, len(ids), x, 0.5, 0, buffers[False], layer_head, layer_tail)
         seconds = {name: _seconds(fn, evals, device) for name, fn in runs.items()}
         rate = matmul_rate(torch, device, engine.dtype)
     flop = shape.velocity_eval_flop(len(ids), frames + 2)
-    report = {"environment": {**environment(device), "model": cfg.name}, "prefix_tokens": prefix_tokens,
+    report = {"environment": {**environment(device), "model": cfg.name}, "attention": engine.attention.name,
+              "prefix_tokens": prefix_tokens,
               "frames": frames, "ar_tokens": len(ids), "flop_per_eval": flop, "matmul_flop_s": rate,
               "eval_ms": {k: v * 1e3 for k, v in seconds.items()},
               "mfu": {k: flop / v / rate for k, v in seconds.items()},
@@ -138,9 +144,8 @@ def print_report(r: dict) -> None:
     print(f"farm bench acoustic — {env['model']} on {env.get('gpu', env['device'])}, torch {env['torch']}, "
           f"{env['date']}: one chunk of {r['ar_tokens']} AR tokens (prefix {r['prefix_tokens']} + codes) and "
           f"{r['frames']} latent frames; {_flop(r['flop_per_eval'])} per velocity evaluation; measured "
-          f"matrix-multiply rate {_flop(r['matmul_flop_s'])}/s")
-    for name in ("engine", "plain"):
-        ms = r["eval_ms"][name]
+          f"matrix-multiply rate {_flop(r['matmul_flop_s'])}/s; the engine's attention: {r.get('attention', 'sdpa')}")
+    for name, ms in r["eval_ms"].items():
         print(f"  {name:6} path: {ms:8.2f} ms per evaluation, {r['mfu'][name] * 100:5.1f} % of the measured rate; "
               f"{r['evals_per_chunk']} evaluations = {ms * r['evals_per_chunk'] / 1e3:.2f} s per chunk")
     for name in ("plain", "engine"):

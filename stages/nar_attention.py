@@ -1,0 +1,57 @@
+"""The attention of the acoustic stage: every NAR row over the chunk's prefix keys and the NAR rows (non-causal, no
+mask, grouped KV heads) — about half the FLOPs of a velocity evaluation at the reference track's geometry.
+
+Two kernels, one maths:
+- **FlashAttention-4** (the `flash-attn-4` package, CuTe-DSL kernels compiled on first use) on a Hopper or Blackwell
+  card where it is installed (`pip install "yue2-farm[flash]"`). Its natural layout is [B, S, H, D], so its K/V
+  buffers are stored that way (`seq_major`) and handed over as [B, H, S, D] views.
+- **SDPA** everywhere else (cuDNN's flash kernel on an H200; the math kernel on the CPU).
+
+`FARM_NAR_ATTENTION=sdpa|fa4` overrides the automatic choice (fa4 where it cannot run is an error). Both are
+deterministic, so the choice is a property of the installation, like any kernel choice: the same card and
+installation give the same song for the same seed. Measured on an H200: docs/benchmarks.md, 2026-12-03 (s36).
+"""
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from .transformer import attend as sdpa
+
+
+@dataclass(frozen=True)
+class NarAttention:
+    name: str                    # "fa4" or "sdpa"
+    attend: Callable             # (q [B, H, T, D], k, v [B, KV, S, D]) → [B, H, T, D]
+    seq_major: bool              # K/V buffers stored [B, S, KV, D] (seen as [B, KV, S, D])
+
+
+def _flash4() -> Callable | None:
+    try:
+        from flash_attn.cute.interface import flash_attn_func
+    except ImportError:
+        return None
+
+    def attend(q, k, v):
+        out, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
+                                 softmax_scale=1.0 / math.sqrt(q.shape[-1]))
+        return out.transpose(1, 2)
+    return attend
+
+
+def pick(device: torch.device, choice: str | None = None) -> NarAttention:
+    """The kernel for this device: `choice` ("auto", "sdpa", "fa4"), else $FARM_NAR_ATTENTION, else auto."""
+    choice = choice or os.environ.get("FARM_NAR_ATTENTION", "auto")
+    if choice not in ("auto", "sdpa", "fa4"):
+        raise ValueError(f"FARM_NAR_ATTENTION: unknown kernel {choice!r} (auto, sdpa or fa4)")
+    if choice != "sdpa" and device.type == "cuda" and torch.cuda.get_device_capability(device)[0] in (9, 10):
+        fa4 = _flash4()
+        if fa4 is not None:
+            return NarAttention("fa4", fa4, True)
+    if choice == "fa4":
+        raise ValueError("FARM_NAR_ATTENTION=fa4 needs a Hopper or Blackwell card and the flash-attn-4 package")
+    return NarAttention("sdpa", sdpa, False)
