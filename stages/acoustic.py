@@ -73,7 +73,7 @@ class AcousticEngine:
         weight = model.model.norm.weight
         self.model, self.layout, self.cfg = model, layout, model.cfg
         self.device, self.dtype = weight.device, weight.dtype
-        self.attention = nar_attention.pick(self.device, attention)
+        self.attention = nar_attention.pick(self.device, self.dtype, attention)
         self.head, self.tail = layer_head, layer_tail
         self.graphs = self.device.type == "cuda"
         if self.device.type == "cuda":

@@ -84,9 +84,9 @@ def test_seq_major_kv_buffers_give_the_same_velocity(engine):
 def test_nar_attention_choice(monkeypatch):
     from stages import nar_attention
 
-    assert nar_attention.pick(torch.device("cpu")).name == "sdpa"
+    assert nar_attention.pick(torch.device("cpu"), torch.bfloat16).name == "sdpa"
     with pytest.raises(ValueError, match="Hopper or Blackwell"):
-        nar_attention.pick(torch.device("cpu"), "fa4")
+        nar_attention.pick(torch.device("cpu"), torch.bfloat16, "fa4")
     monkeypatch.setenv("FARM_NAR_ATTENTION", "flash9")
     with pytest.raises(ValueError, match="FARM_NAR_ATTENTION: unknown kernel 'flash9'"):
-        nar_attention.pick(torch.device("cpu"))
+        nar_attention.pick(torch.device("cpu"), torch.bfloat16)
