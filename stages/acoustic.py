@@ -78,7 +78,13 @@ class AcousticEngine:
         self.graphs = self.device.type == "cuda"
         if self.device.type == "cuda":
             self.head, self.tail = _compiled_layer()
-            self._warm_up()
+            try:
+                self._warm_up()
+            except Exception as e:
+                if self.attention.name != "fa4":
+                    raise
+                raise RuntimeError(f"FlashAttention-4 failed on {self.device} ({type(e).__name__}: {e}); "
+                                   "YUE2_FARM_NAR_ATTENTION=sdpa runs PyTorch's SDPA instead") from e
 
     def _warm_up(self) -> None:
         """Compile the layer now, on a small chunk, rather than inside the first song's call."""

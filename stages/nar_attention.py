@@ -7,9 +7,10 @@ Two kernels, one maths:
   buffers are stored that way (`seq_major`) and handed over as [B, H, S, D] views.
 - **SDPA** everywhere else (cuDNN's flash kernel on an H200; the math kernel on the CPU).
 
-`FARM_NAR_ATTENTION=sdpa|fa4` overrides the automatic choice (fa4 where it cannot run is an error). Both are
-deterministic, so the choice is a property of the installation, like any kernel choice: the same card and
-installation give the same song for the same seed.
+`YUE2_FARM_NAR_ATTENTION=sdpa|fa4` overrides the automatic choice (fa4 where it cannot run is an error); like
+every YUE2_FARM_ variable it travels from `farm render` to the farm's workers. Both kernels are deterministic, so
+the choice is a property of the installation, like any kernel choice: the same card and installation give the same
+song for the same seed.
 
 Measured on an H200 at the reference chunk's shapes (5,373 queries, 15,745 keys; docs/benchmarks.md, 2026-12-03,
 seventh session): 1.05–1.07 ms per layer against cuDNN's 1.25 (~650 against ~554 TFLOP/s), the same distance from
@@ -50,16 +51,17 @@ def _flash4() -> Callable | None:
 
 
 def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) -> NarAttention:
-    """The kernel for this device and dtype: `choice` ("auto", "sdpa", "fa4"), else $FARM_NAR_ATTENTION, else
-    auto. FlashAttention-4 takes 16-bit inputs only: an FP32 engine (the reference runs) always uses SDPA."""
-    choice = choice or os.environ.get("FARM_NAR_ATTENTION", "auto")
+    """The kernel for this device and dtype: `choice` ("auto", "sdpa", "fa4"), else $YUE2_FARM_NAR_ATTENTION,
+    else auto. FlashAttention-4 takes 16-bit inputs only: an FP32 engine (the reference runs) always uses SDPA."""
+    choice = choice or os.environ.get("YUE2_FARM_NAR_ATTENTION", "auto")
     if choice not in ("auto", "sdpa", "fa4"):
-        raise ValueError(f"FARM_NAR_ATTENTION: unknown kernel {choice!r} (auto, sdpa or fa4)")
+        raise ValueError(f"YUE2_FARM_NAR_ATTENTION: unknown kernel {choice!r} (auto, sdpa or fa4)")
     if (choice != "sdpa" and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
             and torch.cuda.get_device_capability(device)[0] in (9, 10)):
         fa4 = _flash4()
         if fa4 is not None:
             return NarAttention("fa4", fa4, True)
     if choice == "fa4":
-        raise ValueError("FARM_NAR_ATTENTION=fa4 needs a Hopper or Blackwell card, BF16/FP16 and the flash-attn-4 package")
+        raise ValueError("YUE2_FARM_NAR_ATTENTION=fa4 needs a Hopper or Blackwell card, BF16/FP16 and the "
+                         "flash-attn-4 package")
     return NarAttention("sdpa", sdpa, False)

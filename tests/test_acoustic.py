@@ -87,6 +87,6 @@ def test_nar_attention_choice(monkeypatch):
     assert nar_attention.pick(torch.device("cpu"), torch.bfloat16).name == "sdpa"
     with pytest.raises(ValueError, match="Hopper or Blackwell"):
         nar_attention.pick(torch.device("cpu"), torch.bfloat16, "fa4")
-    monkeypatch.setenv("FARM_NAR_ATTENTION", "flash9")
-    with pytest.raises(ValueError, match="FARM_NAR_ATTENTION: unknown kernel 'flash9'"):
+    monkeypatch.setenv("YUE2_FARM_NAR_ATTENTION", "flash9")
+    with pytest.raises(ValueError, match="YUE2_FARM_NAR_ATTENTION: unknown kernel 'flash9'"):
         nar_attention.pick(torch.device("cpu"), torch.bfloat16)
