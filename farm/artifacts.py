@@ -57,8 +57,9 @@ def song_files(song) -> dict[str, bytes]:
 
 
 def settings_record(*, request, settings, identity, keys, device, dtype, timings, truncated, frames,
-                    samples) -> dict:
-    """settings.json: every effective setting, the seed, the checkpoint identity and per-stage timings."""
+                    samples, kernels: dict) -> dict:
+    """settings.json: every effective setting, the seed, the checkpoint identity, per-stage timings, and the
+    kernel choices that move a song's last bits on the same card (`kernels`: the acoustic attention)."""
     import dataclasses
 
     return {
@@ -66,7 +67,7 @@ def settings_record(*, request, settings, identity, keys, device, dtype, timings
         "settings": dataclasses.asdict(settings),
         "checkpoint": identity,
         "stage_keys": keys,
-        "device": device, "dtype": dtype,
+        "device": device, "dtype": dtype, "kernels": kernels,
         "timings": timings,
         "truncated": truncated,
         "audio": {"sample_rate": SAMPLE_RATE, "channels": 2, "frames": frames, "samples": samples,

@@ -19,7 +19,8 @@ from .takes import AWAITING
 
 def track_record(job: TrackJob, markers: dict[str, dict], identity: dict, cfg) -> dict:
     """settings.json of a finished track, by the same builder as `farm song`'s (artifacts.settings_record), from
-    its stage markers: per-stage timings with the worker and card of each, the device, the AR stages' caps hit."""
+    its stage markers: per-stage timings with the worker and card of each, the device, the AR stages' caps hit,
+    the acoustic attention kernel (None in markers written before it was recorded)."""
     frames = markers["decode"]["units"]
     timings = {stage: {"seconds": m["end"] - m["start"], "units": m["units"], "worker": m["worker"],
                        "gpu": m["gpu"], "gpu_uuid": m["gpu_uuid"]} for stage, m in markers.items()}
@@ -28,7 +29,8 @@ def track_record(job: TrackJob, markers: dict[str, dict], identity: dict, cfg) -
         request=job.request, settings=job.settings, identity=identity, keys=job.stage_keys,
         device=devices.pop() if len(devices) == 1 else "mixed (see timings)", dtype=cfg.dtype, timings=timings,
         truncated={s: m["truncated"] for s, m in markers.items() if "truncated" in m}, frames=frames,
-        samples=audio_samples(cfg.vae, frames))
+        samples=audio_samples(cfg.vae, frames),
+        kernels={"acoustic_attention": markers["acoustic"].get("attention")} if "acoustic" in markers else {})
     return {"track": {"number": job.number, "title": job.title, "folder": job.key}, **record}
 
 

@@ -102,7 +102,7 @@ def render_song_folder(job: SongJob) -> dict:
     record = artifacts.settings_record(
         request=request, settings=settings, identity=identity, keys=keys, device=device, dtype=ckpt.cfg.dtype,
         timings=timings_record(song.timings), truncated=song.truncated, frames=len(song.latents),
-        samples=len(song.audio))
+        samples=len(song.audio), kernels={"acoustic_attention": engines.acoustic.attention.name})
     files = artifacts.song_files(song)
     own = tags.render_tags(request, identity, keys["decode"])       # a lone song has no title or album
     files[artifacts.AUDIO] = tags.with_tags(files[artifacts.AUDIO], own)

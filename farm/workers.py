@@ -209,8 +209,8 @@ class CardWorker:
 
     def _persist(self, job: TrackJob, files: dict[str, bytes], event: StageEvent, **facts) -> StageEvent:
         """Write the stage's files and marker; the marker keeps the call's event, so metrics can be rebuilt from it
-        when the driver dies before it logs the call, and `facts` for the track's settings.json (the device, and
-        whether an AR stage hit its token cap)."""
+        when the driver dies before it logs the call, and `facts` for the track's settings.json (the device,
+        whether an AR stage hit its token cap, the acoustic attention kernel)."""
         trackstore.write_stage(self.store, job.key, event.stage, job.stage_keys[event.stage], files,
                                {"worker": event.worker, "gpu": event.gpu, "gpu_uuid": event.gpu_uuid,
                                 "start": event.start, "end": event.end, "units": event.units,
@@ -335,7 +335,7 @@ class CardWorker:
             latents = self.acoustic.synthesize(request)
         event = self._event(job, "acoustic", start, len(latents), 1.0, f"chunks={len(self.acoustic.check(request))}")
         return AcousticOutput(job.key, latents), self._persist(job, {artifacts.LATENTS: artifacts.npy_bytes(latents)},
-                                                               event)
+                                                               event, attention=self.acoustic.attention.name)
 
     async def decode(self, job: TrackJob, acoustic) -> StageEvent:
         return await asyncio.get_running_loop().run_in_executor(self.threads["decode"], self._decode, job, acoustic)

@@ -160,6 +160,7 @@ def test_render_writes_settings_json_like_farm_song(rendered, tiny_ckpt_dir, tmp
     farmed = json.loads((rendered[0] / "02-two" / "settings.json").read_text())
     assert set(farmed) == set(single) | {"track"}
     assert farmed["device"] == "cpu" and farmed["dtype"] == single["dtype"] and farmed["versions"] == single["versions"]
+    assert farmed["kernels"] == single["kernels"] == {"acoustic_attention": "sdpa"}    # FA4 only on Hopper+
     assert set(farmed["truncated"]) == {"plan", "semantic"} and farmed["audio"]["samples"] == (
         1920 * farmed["audio"]["frames"] - 64)
 
