@@ -1,7 +1,8 @@
 """`farm bench acoustic`: one acoustic chunk of the reference track's geometry, its velocity evaluation timed on the
 engine's path (compiled on CUDA, a replayed CUDA graph after its first call) and on the plain eager path, against
-the matrix-multiply rate measured in the same run; and the latents of both paths against an FP32 run of the same
-request.
+the matrix-multiply rate measured in the same run (where the engine's attention is FlashAttention-4, the same
+engine with SDPA's attention beside it: stages/nar_attention.py); and the latents of the engine and the plain path
+against an FP32 run of the same request.
 
 FLOP per evaluation are the planner's (`cluster.workload.ModelShape.velocity_eval_flop`): the linear layers over
 the NAR rows plus attention of every NAR row over the prefix and the NAR rows. `acoustic_mfu` is that count over
@@ -49,7 +50,7 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
     ids = chunk_tokens(prefix, codes, 0, frames, cfg.tokens)
     engines = {"engine": engine}
     if engine.attention.name != "sdpa":       # the same engine with SDPA's attention, timed beside it
-        engines[f"engine, {engine.attention.name} → sdpa"] = AcousticEngine(net, cfg.tokens, "sdpa")
+        engines["engine with sdpa"] = AcousticEngine(net, cfg.tokens, "sdpa")
     with torch.inference_mode():
         _, kv = ar_prefill(net, torch.tensor(ids, device=device))
         buffers = {seq_major: nar_kv_buffers(kv, len(ids), frames + 2, seq_major)
