@@ -304,20 +304,29 @@ def test_quantised_skinny_gemm_matches_the_dequantised_product(n, k, epilogue, f
     assert torch.equal(sg.linear(other, pair, epilogue, res)[0], got[0])
 
 
-def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):
-    """The acoustic engine on CUDA (compiled layer maths, prefix K/V buffers) against the eager layer maths: the
-    same latents to BF16 rounding."""
-    from stages.acoustic import AcousticEngine, AcousticRequest
+def _acoustic_case(tiny_ckpt_dir, prefix: int, frames: int, device: str = "cuda"):
+    """The GPU checkpoint's (or tiny's) AR and NAR branches in BF16, and a two-step acoustic request."""
+    from stages.acoustic import AcousticRequest
     from stages.config_json import from_checkpoint
-    from stages.transformer import AR, NAR, layer_head, layer_tail
+    from stages.transformer import AR, NAR
     from stages.weights import load_model
 
     root = Path(os.environ.get("FARM_GPU_CKPT", tiny_ckpt_dir))
     cfg = from_checkpoint(root / "model", root / "vae")
-    model = load_model(root / "model", cfg, {AR, NAR}, device="cuda", dtype=torch.bfloat16)
+    model = load_model(root / "model", cfg, {AR, NAR}, device=device, dtype=torch.bfloat16)
     rng = np.random.default_rng(0)
-    request = AcousticRequest("a", tuple(int(t) for t in rng.integers(0, 100, 200)),
-                              rng.integers(0, cfg.tokens.codebook, 120).astype(np.int32), seed=3, ode_steps=2)
+    request = AcousticRequest("a", tuple(int(t) for t in rng.integers(0, 100, prefix)),
+                              rng.integers(0, cfg.tokens.codebook, frames).astype(np.int32), seed=3, ode_steps=2)
+    return model, cfg, request
+
+
+def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):
+    """The acoustic engine on CUDA (compiled layer maths, prefix K/V buffers) against the eager layer maths: the
+    same latents to BF16 rounding."""
+    from stages.acoustic import AcousticEngine
+    from stages.transformer import layer_head, layer_tail
+
+    model, cfg, request = _acoustic_case(tiny_ckpt_dir, 200, 120)
     fast = AcousticEngine(model, cfg.tokens)
     assert fast.head is not layer_head
     plain = AcousticEngine(model, cfg.tokens)
@@ -334,17 +343,9 @@ def test_flash_attention_4_acoustic_stays_close_to_sdpa(tiny_ckpt_dir):
     """The acoustic engine with FlashAttention-4 (seq-major K/V buffers) against the same engine with SDPA: the
     same latents to BF16 rounding; repeatable, and the replayed graph gives the eager launches' bits."""
     pytest.importorskip("flash_attn.cute.interface")
-    from stages.acoustic import AcousticEngine, AcousticRequest
-    from stages.config_json import from_checkpoint
-    from stages.transformer import AR, NAR
-    from stages.weights import load_model
+    from stages.acoustic import AcousticEngine
 
-    root = Path(os.environ.get("FARM_GPU_CKPT", tiny_ckpt_dir))
-    cfg = from_checkpoint(root / "model", root / "vae")
-    model = load_model(root / "model", cfg, {AR, NAR}, device="cuda", dtype=torch.bfloat16)
-    rng = np.random.default_rng(0)
-    request = AcousticRequest("a", tuple(int(t) for t in rng.integers(0, 100, 300)),
-                              rng.integers(0, cfg.tokens.codebook, 150).astype(np.int32), seed=3, ode_steps=2)
+    model, cfg, request = _acoustic_case(tiny_ckpt_dir, 300, 150)
     fa4, sdpa = AcousticEngine(model, cfg.tokens, "fa4"), AcousticEngine(model, cfg.tokens, "sdpa")
     assert (fa4.attention.name, sdpa.attention.name) == ("fa4", "sdpa")
     got, want = fa4.synthesize(request), sdpa.synthesize(request)
