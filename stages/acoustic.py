@@ -5,8 +5,9 @@ are computed once), then the ODE from noise (t = 1) to data (t = 0) with two vel
 cached form of the MoT forward: transformer.velocity). Noise is one CPU FP32 draw per song, so results do not
 depend on how the song is chunked or on which device runs it. Knows nothing about scheduling or storage.
 
-Speed (docs/benchmarks.md): an evaluation is two large GEMM groups and flash attention over ~16k keys; the rest
-was ~60 small eager kernels per layer (a third of the time on an H200). On CUDA the layer's elementwise work is
+Speed (docs/benchmarks.md): an evaluation is two large GEMM groups and flash attention over ~16k keys (FlashAttention-4
+where installed on a Hopper or Blackwell card, SDPA elsewhere: nar_attention.py); the rest was ~60 small eager
+kernels per layer (a third of the time on an H200). On CUDA the layer's elementwise work is
 compiled with `torch.compile` (dynamic shapes: one compile serves every chunk length), each layer's prefix keys sit
 in a buffer filled once per chunk (`transformer.nar_kv_buffers`) instead of being concatenated anew on each of the
 64 evaluations, and a chunk's evaluations after the first replay one CUDA graph of it (`_Graphed`: ~550 launches
