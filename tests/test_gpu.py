@@ -304,7 +304,7 @@ def test_quantised_skinny_gemm_matches_the_dequantised_product(n, k, epilogue, f
     assert torch.equal(sg.linear(other, pair, epilogue, res)[0], got[0])
 
 
-def _acoustic_case(tiny_ckpt_dir, prefix: int, frames: int, device: str = "cuda"):
+def _acoustic_case(tiny_ckpt_dir, prefix: int, frames: int):
     """The GPU checkpoint's (or tiny's) AR and NAR branches in BF16, and a two-step acoustic request."""
     from stages.acoustic import AcousticRequest
     from stages.config_json import from_checkpoint
@@ -313,7 +313,7 @@ def _acoustic_case(tiny_ckpt_dir, prefix: int, frames: int, device: str = "cuda"
 
     root = Path(os.environ.get("FARM_GPU_CKPT", tiny_ckpt_dir))
     cfg = from_checkpoint(root / "model", root / "vae")
-    model = load_model(root / "model", cfg, {AR, NAR}, device=device, dtype=torch.bfloat16)
+    model = load_model(root / "model", cfg, {AR, NAR}, device="cuda", dtype=torch.bfloat16)
     rng = np.random.default_rng(0)
     request = AcousticRequest("a", tuple(int(t) for t in rng.integers(0, 100, prefix)),
                               rng.integers(0, cfg.tokens.codebook, frames).astype(np.int32), seed=3, ode_steps=2)
