@@ -90,3 +90,25 @@ def test_nar_attention_choice(monkeypatch):
     monkeypatch.setenv("YUE2_FARM_NAR_ATTENTION", "flash9")
     with pytest.raises(ValueError, match="YUE2_FARM_NAR_ATTENTION: unknown kernel 'flash9'"):
         nar_attention.pick(torch.device("cpu"), torch.bfloat16)
+
+
+def test_compiled_layer_compiles_once_for_every_chunk_length(engine):
+    """The layer as CUDA engines compile it, here through Inductor's CPU backend: only the chunk length is dynamic,
+    so chunks of three lengths reuse one compile of each function, and the velocity is the eager one to rounding."""
+    from torch._dynamo.utils import counters
+
+    from stages.acoustic import _compiled_layer
+    from stages.transformer import ar_prefill, layer_head, layer_tail, nar_kv_buffers, velocity
+
+    head, tail = _compiled_layer()
+    before = counters["stats"]["unique_graphs"]
+    for prefix, frames in ((40, 6), (90, 17), (61, 9)):
+        ids = torch.tensor([256] + list(range(60, 60 + prefix)) + [464], dtype=torch.long)
+        with torch.inference_mode():
+            _, kv = ar_prefill(engine.model, ids)
+            buffers = nar_kv_buffers(kv, len(ids), frames + 2)
+            x = torch.randn(frames, 8, generator=torch.Generator("cpu").manual_seed(frames))
+            got = velocity(engine.model, kv, len(ids), x, 0.3, buffers=buffers, head=head, tail=tail)
+            want = velocity(engine.model, kv, len(ids), x, 0.3, buffers=buffers, head=layer_head, tail=layer_tail)
+        torch.testing.assert_close(got, want, atol=1e-5, rtol=1e-4)
+    assert counters["stats"]["unique_graphs"] - before == 2       # head and tail, once each
