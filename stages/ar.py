@@ -25,7 +25,7 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from . import fast_sampling, layer_chain, quant, sampling, skinny_gemm, step_weights, vocab_spans
+from . import fast_sampling, layer_chain, layer_chain_w8a8, quant, sampling, skinny_gemm, step_weights, vocab_spans
 from .compiled import shared
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
@@ -83,9 +83,11 @@ class AREngine:
         graph replay and per host read in the fast mode. `weight_format`: how the AR linear layers are read
         (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts). `kv_format`: how the
         KV cache stores keys and values (kv_cache.KV_FORMATS; "fp8" halves what a step reads of them). `chain`:
-        the step runs each layer's products after attention as one op (layer_chain.py; BF16 weights only), one
-        persistent kernel on Hopper (9 % faster per one-row step on an H200). None (the default): on wherever
-        that kernel runs; elsewhere the separate products are the faster path, and the maths is the same."""
+        the step runs each layer's products after attention as one op, one persistent kernel on Hopper: with BF16
+        weights layer_chain.py (9 % faster per one-row step on an H200), with FP8 weights layer_chain_w8a8.py
+        (activations quantised per row, W8A8). None (the default): the BF16 chain wherever its kernel runs
+        (elsewhere the separate products are the faster path, and the maths is the same); the FP8 chain only when
+        asked (True), as its kernel has not yet run on a GPU (docs/ar-engine.md)."""
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if weight_format not in quant.FORMATS:
@@ -112,13 +114,17 @@ class AREngine:
         self.folded = weight_format == "bf16"
         if chain is None:
             q_rows = (cfg.num_attention_heads + 2 * cfg.num_key_value_heads) * cfg.head_dim
-            chain = layer_chain.supported(self.device, cfg.hidden_size, cfg.intermediate_size, q_rows)
-        self.chain = chain and self.folded
-        self.step_weights = (step_weights.for_chain(model) if self.chain
+            chain = self.folded and layer_chain.supported(self.device, cfg.hidden_size, cfg.intermediate_size,
+                                                          q_rows)
+        self.chain = bool(chain) and weight_format in ("bf16", "fp8")
+        self.w8a8 = self.chain and weight_format == "fp8"
+        self.step_weights = (step_weights.for_chain_fp8(model) if self.w8a8
+                             else step_weights.for_chain(model) if self.chain
                              else step_weights.for_format(model, weight_format))
         self.chain_state = layer_chain.words(self.device) if self.chain else None
-        # prefill runs the same weights as the step when they are quantised (one model, not two)
-        self.weights = branch_weights(model, AR) if self.folded else self.step_weights
+        # prefill runs the same weights as the step when they are quantised (one model, not two; unpaired)
+        self.weights = (branch_weights(model, AR) if self.folded
+                        else step_weights.for_format(model, weight_format))
         self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
         self._head, self._tail = step_weights.layer_halves(self.folded)
         self._best, self._norm = fast_sampling.best, rms_norm
@@ -248,8 +254,14 @@ class AREngine:
         h = x[:, 0]
         for i, w in enumerate(layers):
             out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens, eps)
-            nxt = layers[i + 1].qkv if i + 1 < len(layers) else None
-            h, qkv = layer_chain.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down, nxt, eps, self.chain_state)
+            nxt = layers[i + 1] if i + 1 < len(layers) else None
+            if self.w8a8:
+                h, qkv = layer_chain_w8a8.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down,
+                                                nxt and nxt.qkv, w.post_norm, nxt and nxt.in_norm, eps,
+                                                self.chain_state)
+            else:
+                h, qkv = layer_chain.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down, nxt and nxt.qkv, eps,
+                                           self.chain_state)
         return self._norm(h, self.model.model.norm.weight, eps)
 
     def _feed(self, variant: vocab_spans.StepSpans | None = None) -> None:

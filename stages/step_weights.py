@@ -58,6 +58,19 @@ def for_chain(model: YuE2) -> list[BranchWeights]:
     return cache["ar-step-bf16-chain"]
 
 
+def for_chain_fp8(model: YuE2) -> list[BranchWeights]:
+    """The fp8 step weights as the W8A8 layer chain reads them (layer_chain_w8a8.py): `for_format(model, "fp8")`'s
+    (or a quantised checkpoint's, `set_step_weights`), each gate/up pair — values and per-row scales — with its rows
+    paired. Built once per model; prefill keeps reading the unpaired ones."""
+    from . import layer_chain
+
+    cache = model.__dict__.setdefault("_branches", {})
+    if "ar-step-fp8-chain" not in cache:
+        cache["ar-step-fp8-chain"] = [replace(w, gate_up=tuple(layer_chain.pair_rows(t) for t in w.gate_up))
+                                      for w in for_format(model, "fp8")]
+    return cache["ar-step-fp8-chain"]
+
+
 def set_step_weights(model: YuE2, weight_format: str, layers: list[BranchWeights]) -> None:
     """Give a model its decode step's weights in a format directly (a quantised AR checkpoint's own values, rather
     than the model's weights quantised by `for_format`)."""

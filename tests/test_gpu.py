@@ -82,6 +82,28 @@ def test_fast_sampler_is_batch_invariant_on_the_gpu(gpu_model, kv_format, chain)
         assert np.array_equal(alone.ids, together[r.key]), r.key
 
 
+def test_w8a8_chain_engine_is_batch_invariant_on_the_gpu(gpu_model):
+    """FP8 weights through the W8A8 layer chain (layer_chain_w8a8.py; asked for, not yet the default): the same
+    three requests alone and together give identical ids."""
+    from stages import layer_chain_w8a8
+    from stages.ar import AREngine
+
+    model, cfg = gpu_model
+    m = cfg.model
+    if not layer_chain_w8a8.supported(torch.device("cuda"), m.hidden_size, m.intermediate_size,
+                                      (m.num_attention_heads + 2 * m.num_key_value_heads) * m.head_dim):
+        pytest.skip("the W8A8 chain kernel needs Hopper (sm_90) and shapes its 256-value k-tiles divide")
+    engine = AREngine(model, cfg.tokens, kv_tokens=8 * m.context, cuda_graphs=True, compile=True,
+                      weight_format="fp8", chain=True)
+    assert engine.w8a8
+    requests = _requests(cfg)
+    together = {r.key: r.ids for r in engine.generate(requests)}
+    for shift, r in enumerate(requests):
+        engine.free_slots.rotate(5 + shift)
+        (alone,) = engine.generate([r])
+        assert np.array_equal(alone.ids, together[r.key]), r.key
+
+
 def test_pick_kernel_equals_the_pytorch_sampler_on_the_gpu():
     """The Triton pick against keep, race and book in PyTorch on the same card, over the yue2-3b vocabulary: 32
     slots under plan- and semantic-like settings (and greedy, top_p 1, legacy min_keep), 24 steps: the same ids,
@@ -378,3 +400,38 @@ def test_tf32_decode_stays_close_to_fp32(tiny_ckpt_dir, tiny_cfg):
     fp32, again = (decode_audio(decoder, latents, core, halo) for _ in range(2))
     tf32 = decode_audio(decoder, latents, core, halo, "tf32")
     assert np.array_equal(fp32, again) and np.abs(tf32 - fp32).max() < 1e-2
+
+
+def test_w8a8_chain_matches_its_reference_and_is_row_invariant():
+    """The W8A8 chain kernel (activations quantised per row inside it) on the yue2-3b shapes against the op's
+    torch reference: close (MMA summation order, the norm factor's); bitwise repeatable, a row's result
+    independent of the other rows, the last layer's form (no q/k/v), and no grid barrier timed out."""
+    from stages import layer_chain, layer_chain_w8a8 as w8
+    from stages.quant import quantize_fp8
+
+    if not w8.supported(torch.device("cuda"), 2048, 6144, 4096):
+        pytest.skip("the W8A8 chain kernel needs Hopper (sm_90)")
+    g = torch.Generator(device="cuda").manual_seed(6)
+    h, i, q, eps = 2048, 6144, 4096, 1e-6
+
+    def w(rows, k):
+        return quantize_fp8((torch.randn(rows, k, device="cuda", generator=g) * k ** -0.5).bfloat16())
+    o, gate_up, down, qkv = w(h, h), w(2 * i, h), w(h, i), w(q, h)
+    gamma_post, gamma_in = ((1 + 0.1 * torch.randn(h, device="cuda", generator=g)).bfloat16() for _ in range(2))
+    a, x = (torch.randn(32, h, device="cuda", generator=g).bfloat16() for _ in range(2))
+    state = layer_chain.words(torch.device("cuda"))
+
+    def run(a_, x_, nxt=qkv, g_in=gamma_in):
+        return w8.chain(a_, x_, o, gate_up, down, nxt, gamma_post, g_in, eps, state)
+    got = run(a, x)
+    want = w8.reference(a, x, o, gate_up, down, qkv, gamma_post, gamma_in, eps)
+    for c, r in zip(got, want):
+        assert (c.float() - r.float()).abs().mean() <= 0.01 * r.float().abs().mean()
+    assert all(torch.equal(c, d) for c, d in zip(got, run(a, x)))
+    a2, x2 = torch.randn_like(a), torch.randn_like(x)
+    a2[3], x2[3] = a[3], x[3]
+    mixed, alone = run(a2, x2), run(a[3:4].clone(), x[3:4].clone())
+    assert all(torch.equal(c[3], m[3]) and torch.equal(c[3:4], s) for c, m, s in zip(got, mixed, alone))
+    last, empty = run(a, x, None, None)
+    assert torch.equal(last, got[0]) and empty.shape == (32, 0)
+    assert not layer_chain.timed_out(state)

@@ -92,14 +92,17 @@ def test_a_quantised_engine_follows_its_own_dequantised_model(model, fmt, gap):
 
 
 @torch.inference_mode()
-@pytest.mark.parametrize("weights, kv", [("fp8", "bf16"), ("bf16", "fp8"), ("fp8", "fp8"), ("nvfp4", "bf16")])
+@pytest.mark.parametrize("weights, kv", [("fp8", "bf16"), ("bf16", "fp8"), ("fp8", "fp8"), ("nvfp4", "bf16"),
+                                         ("fp8-chain", "bf16")])
 def test_quantised_engines_are_batch_invariant(model, weights, kv):
     s = Sampling(1.0, 0.95, 100, 1.2, 50, 24, 24)
     requests = [ARRequest(k, "semantic", tuple([256] + list(range(40, 40 + 3 * seed)) + [464]), s, seed)
                 for k, seed in (("a", 1), ("b", 2), ("c", 3))]
 
     def engine():
-        return AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, weight_format=weights, kv_format=kv)
+        return AREngine(model, BYTE_LAYOUT, slots=6, kv_tokens=3072, weight_format=weights.removesuffix("-chain"),
+                        kv_format=kv, chain=weights.endswith("-chain"))
+    assert engine().w8a8 == weights.endswith("-chain")
     together = {r.key: r.ids for r in engine().generate(requests)}
     for r in requests:
         alone = engine()
@@ -125,3 +128,56 @@ def test_an_fp8_kv_cache_stores_e4m3_and_stays_close(model):
         assert engine.kv.k.dtype == (torch.float8_e4m3fn if kv_format == "fp8" else model.lm_head.weight.dtype)
     gap = (out["fp8"] - out["bf16"]).abs().max()
     assert 0 < gap < 0.05 * out["bf16"].abs().max()
+
+
+@torch.inference_mode()
+def test_w8a8_chain_quantises_each_row_on_its_own():
+    """The W8A8 layer chain's maths (layer_chain_w8a8.reference): each product's input rounded to e4m3 per row with
+    its own scale, so a row gives the same bits alone and batched, with every row's values within e4m3's half-step
+    of the input; the layer stays close to the same FP8 weights with unquantised activations (W8A16)."""
+    from stages import layer_chain, layer_chain_w8a8
+
+    g = torch.Generator().manual_seed(3)
+    h, i, q, eps = 64, 96, 48, 1e-6
+    u = torch.randn(4, h, generator=g) * torch.tensor([[1e-3], [1.0], [30.0], [0.0]])
+    values, scale = layer_chain_w8a8.quantize_rows(u)
+    assert scale[3] == 0 and not values[3].float().any()
+    back = values.float() * scale[:, None]
+    assert ((back - u).abs() <= u.abs() * 2 ** -4 + scale[:, None] * 2 ** -10).all()   # e4m3: 3 mantissa bits
+    weights = {name: quant.quantize_fp8(torch.randn(*shape, generator=g) * shape[1] ** -0.5)
+               for name, shape in (("o", (h, h)), ("gate_up", (2 * i, h)), ("down", (h, i)), ("qkv", (q, h)))}
+    paired = tuple(layer_chain.pair_rows(t) for t in weights["gate_up"])
+    gamma_post, gamma_in = 1 + 0.1 * torch.randn(h, generator=g), 1 + 0.1 * torch.randn(h, generator=g)
+    attn, x = torch.randn(5, h, generator=g), torch.randn(5, h, generator=g)
+
+    def chain(a, r):
+        return layer_chain_w8a8.chain(a, r, weights["o"], paired, weights["down"], weights["qkv"], gamma_post,
+                                      gamma_in, eps, layer_chain.words(torch.device("cpu")))
+    out, nxt = chain(attn, x)
+    alone = chain(attn[2:3], x[2:3])
+    assert torch.equal(out[2:3], alone[0]) and torch.equal(nxt[2:3], alone[1])
+    last = layer_chain_w8a8.reference(attn, x, weights["o"], paired, weights["down"], None, gamma_post, None, eps)
+    assert torch.equal(last[0], out) and last[1].shape == (5, 0)
+
+    def plain(name):                        # the same FP8 weights, activations unquantised
+        return quant.dequantize(*weights[name])
+    mid = skinny_gemm.reference(attn, plain("o"), "add", x)
+    normed = mid * torch.rsqrt(mid.pow(2).mean(1, keepdim=True) + eps) * gamma_post
+    want = skinny_gemm.reference(skinny_gemm.reference(normed, plain("gate_up"), "silu_mul"), plain("down"), "add",
+                                 mid)
+    gap = (out - want).abs().max()
+    assert 0 < gap < 0.1 * want.abs().max()
+
+
+@torch.inference_mode()
+def test_the_w8a8_chain_engine_stays_close_to_the_w8a16_engine(model):
+    """The same FP8 weights with the W8A8 chain (activations quantised per row) and without (W8A16): teacher-forced
+    logits close, but not the same."""
+    prompt, fed = [256, 5, 9, 200, 33, 77, 1], [12, 460, 99, 3, 250, 17, 8, 120]
+    out = {}
+    for chain in (False, True):
+        engine = AREngine(model, BYTE_LAYOUT, slots=2, kv_tokens=1024, weight_format="fp8", chain=chain)
+        assert engine.w8a8 == chain
+        out[chain] = torch.stack([engine.prefill(0, prompt)] + [engine.decode({0: t})[0] for t in fed])
+    gap = (out[True] - out[False]).abs().max()
+    assert 0 < gap < 0.1 * out[False].abs().max()
