@@ -55,7 +55,7 @@ def weight_bytes(engine) -> int:
 
 def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, ...], blocks: int,
                  numerics_tokens: int, json_out: Path | None, weight_format: str = "bf16",
-                 kv_format: str = "bf16") -> dict:
+                 kv_format: str = "bf16", chain: bool | None = None) -> dict:
     import torch
 
     from stages.ar import AREngine
@@ -79,7 +79,7 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
     scenarios = [(n, min(ctx, cfg.model.context // 3), kind) for n, ctx, kind in SCENARIOS]   # tiny: shorter
     start = time.perf_counter()
     engine = AREngine(net, layout, kv_tokens=max(rows) * (longest + (blocks + 2) * 16 + 64), cuda_graphs=cuda,
-                      compile=cuda, weight_format=weight_format, kv_format=kv_format)
+                      compile=cuda, weight_format=weight_format, kv_format=kv_format, chain=chain)
     build_seconds = time.perf_counter() - start
     wbytes = weight_bytes(engine)
     table = []
@@ -88,7 +88,7 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
             table.append(_measure(engine, cfg, name, ctx, kind, b, blocks, wbytes, kv_token, rate))
             _print_row(table[-1])
     report = {"environment": environment(device), "model": cfg.name, "weight_format": weight_format,
-              "kv_format": kv_format, "layer_chain": engine.chain,
+              "kv_format": kv_format, "layer_chain": engine.chain, "w8a8": engine.w8a8,
               "copy_rate_bytes_s": rate,
               "weight_bytes": wbytes, "kv_bytes_per_token": kv_token, "slots": engine.slots, "block": engine.block,
               "engine_build_seconds": build_seconds, "rows": table,
@@ -314,7 +314,7 @@ def print_report(r: dict) -> None:
     env = r["environment"]
     rate = r["copy_rate_bytes_s"]
     title = (f"farm bench ar — {r['model']}, AR weights {r.get('weight_format', 'bf16')}, KV cache "
-             f"{r.get('kv_format', 'bf16')}{', layer chain' if r.get('layer_chain') else ''}, on "
+             f"{r.get('kv_format', 'bf16')}{', layer chain' if r.get('layer_chain') else ''}{' (W8A8)' if r.get('w8a8') else ''}, on "
              f"{env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
              f"{r['slots']}-slot step, {r['block']} steps per graph; forced lengths (random weights); floor = "
              f"({r['weight_bytes'] / 1e9:.2f} GB weights + rows × context × {r['kv_bytes_per_token'] // 1024} KiB)"

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .common import (ArFormatOpt, DeviceOpt, JsonOutOpt, KvOpt, ModelOpt, SummaryOpt, VaeOpt, bench_app, fail,
-                     guarded)
+                     guarded, one_of)
 
 
 @bench_app.command("song")
@@ -74,6 +74,9 @@ def bench_ar(
     numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
     weight_format: ArFormatOpt = "bf16",
     kv_cache: KvOpt = "bf16",
+    chain: Annotated[one_of("auto", "on", "off"), typer.Option(
+        "--chain", help="Each layer's products after attention as one kernel (Hopper): auto (on for bf16 weights "
+                        "where the kernel runs), on (also fp8: the W8A8 chain, not yet the default), off.")] = "auto",
     json_out: JsonOutOpt = None,
     summary: SummaryOpt = None,
 ) -> None:
@@ -81,9 +84,11 @@ def bench_ar(
     from ..bench.ar import ROWS, run_ar_bench
 
     _check_formats(weight_format, kv_cache)
+    if chain == "on" and weight_format == "nvfp4":
+        fail("--chain on: the layer chain reads bf16 or fp8 weights, not nvfp4")
     report = guarded(run_ar_bench, model=model, vae=vae, device=device, rows=tuple(rows or ROWS), blocks=blocks,
                      numerics_tokens=numerics_tokens, json_out=json_out, weight_format=weight_format,
-                     kv_format=kv_cache)
+                     kv_format=kv_cache, chain={"auto": None, "on": True, "off": False}[chain])
     if summary:
         from ..measured import ar_figures, update_summary
 
