@@ -1,6 +1,6 @@
 """Gluon kernel behind `layer_chain_w8a8.chain` (imported only on Hopper hosts): the layer chain of
-`_layer_chain_gluon.py` — o (+ residual), gate/up (SiLU·up), down (+ residual), the next layer's q/k/v, one persistent
-launch — with e4m3 weights and e4m3 activations (W8A8: Hopper's FP8 MMA takes both operands in FP8).
+`_layer_chain_gluon.py` — o (+ residual), gate/up (SiLU·up), down (+ residual), the next layer's q/k/v, one
+persistent launch — with e4m3 weights and e4m3 activations (W8A8: Hopper's FP8 MMA takes both operands in FP8).
 
 What differs from the BF16 chain (whose roles, counters and grid waits this kernel keeps; read that module first):
 - the weights are e4m3 with an FP32 scale per output row (stages/quant.py's fp8), in k-tiles of 256 values: a ring

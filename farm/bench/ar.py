@@ -314,7 +314,8 @@ def print_report(r: dict) -> None:
     env = r["environment"]
     rate = r["copy_rate_bytes_s"]
     title = (f"farm bench ar — {r['model']}, AR weights {r.get('weight_format', 'bf16')}, KV cache "
-             f"{r.get('kv_format', 'bf16')}{', layer chain' if r.get('layer_chain') else ''}{' (W8A8)' if r.get('w8a8') else ''}, on "
+             f"{r.get('kv_format', 'bf16')}{', layer chain' if r.get('layer_chain') else ''}"
+             f"{' (W8A8)' if r.get('w8a8') else ''}, on "
              f"{env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
              f"{r['slots']}-slot step, {r['block']} steps per graph; forced lengths (random weights); floor = "
              f"({r['weight_bytes'] / 1e9:.2f} GB weights + rows × context × {r['kv_bytes_per_token'] // 1024} KiB)"
