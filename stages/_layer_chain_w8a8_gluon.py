@@ -14,84 +14,23 @@ What differs from the BF16 chain (whose roles, counters and grid waits this kern
   maxima of what the next product quantises, as the o and down tiles store partial sums of squares; the signal warp
   takes the maximum over tiles (order-free, so a row's scale is its own: batch invariance) into shared memory. The
   first product's input, the attention output, comes with its rows' maxima (`am_a`, computed before the kernel);
-- a *converter* warpgroup sits between the activation warp (which now copies BF16 k-tiles into a staging ring) and
-  the consumer: it scales each k-tile, rounds it to e4m3 into the MMA's slot and releases the slot, so the
+- a *converter* warpgroup sits between the activation warp (the BF16 chain's, copying BF16 k-tiles into a staging
+  ring) and the consumer: it scales each k-tile, rounds it to e4m3 into the MMA's slot and releases the slot, so the
   consumer's serial chain of handshakes and MMAs does no more work than in the timing-only probe;
 - the epilogue multiplies the FP32 product by (row scale · norm factor) and the weight row's scale, then rounds as
   the BF16 chain does.
+The weight warp, the activation warp and the consumer's k-loop (`_tile_mma`) are the BF16 chain's own: their byte
+counts follow the descriptors, their MMAs the rings' element type.
 Status: compiled for sm_90 with Triton 3.6 on the CPU box; not yet run on a GPU (docs/ar-engine.md).
 """
 from triton.experimental import gluon
 from triton.experimental.gluon import language as gl
-from triton.experimental.gluon.language.nvidia.hopper import (fence_async_shared, mbarrier, tma, warpgroup_mma,
-                                                               warpgroup_mma_wait)
+from triton.experimental.gluon.language.nvidia.hopper import fence_async_shared, mbarrier
 
-from ._layer_chain_gluon import _asm_zero, _done, _factor, _wait_counter, _wait_kernel_before
+from ._layer_chain_gluon import (_asm_zero, _done, _factor, _tile_mma, _wait_counter, _wait_kernel_before,
+                                 activation_warp, weight_warp)
 
 ROWS = gl.constexpr(32)     # layer_chain.ROWS: the step's slots; the MMA's M is 64, rows 32-63 zero
-
-
-# ---- the weight warp: FP8 [BN, BK] tiles, as the BF16 chain's (a byte per value) ---------------------------------
-
-@gluon.jit
-def _weights(desc, ring, full, empty, i, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
-             BK: gl.constexpr, STAGES: gl.constexpr, G: gl.constexpr, PAIR: gl.constexpr):
-    ROWS_W: gl.constexpr = 2 * BN if PAIR else BN
-    PER: gl.constexpr = 32 // ROWS_W
-    for tile in range(pid, N // BN, G):
-        for kk in range(K // BK // PER):
-            s = i % STAGES
-            mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(full.index(s), PER * ROWS_W * BK)
-            for u in gl.static_range(PER):
-                tma.async_copy_global_to_shared(desc, [tile * ROWS_W, (kk * PER + u) * BK], full.index(s),
-                                                ring.index(s).slice(u * ROWS_W, ROWS_W))
-            i += 1
-    return i
-
-
-@gluon.jit
-def weight_warp(wo, wgu, wd, wq, ring, full, empty, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr,
-                BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr,
-                STAGES: gl.constexpr, G: gl.constexpr, NEXT: gl.constexpr):
-    i = pid * 0
-    i = _weights(wo, ring, full, empty, i, pid, H, H, BN_O, BK, STAGES, G, False)
-    i = _weights(wgu, ring, full, empty, i, pid, I, H, BN_GU, BK, STAGES, G, True)
-    i = _weights(wd, ring, full, empty, i, pid, H, I, BN_D, BK, STAGES, G, False)
-    if NEXT:
-        i = _weights(wq, ring, full, empty, i, pid, Q, H, BN_Q, BK, STAGES, G, False)
-
-
-# ---- the activation warp: BF16 k-tiles into the staging ring ------------------------------------------------------
-
-@gluon.jit
-def _activations(desc, st, sfull, sempty, j, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
-                 BK: gl.constexpr, SSTAGES: gl.constexpr, G: gl.constexpr):
-    for tile in range(pid, N // BN, G):
-        for k in range(K // BK):
-            s = j % SSTAGES
-            mbarrier.wait(sempty.index(s), ((j // SSTAGES) & 1) ^ 1)
-            mbarrier.expect(sfull.index(s), ROWS * BK * 2)
-            tma.async_copy_global_to_shared(desc, [0, k * BK], sfull.index(s), st.index(s))
-            j += 1
-    return j
-
-
-@gluon.jit
-def activation_warp(xa, xh, xg, xn, st, sfull, sempty, counter, err, pid, H: gl.constexpr, I: gl.constexpr,
-                    Q: gl.constexpr, BN_O: gl.constexpr, BN_GU: gl.constexpr, BN_D: gl.constexpr,
-                    BN_Q: gl.constexpr, BK: gl.constexpr, SSTAGES: gl.constexpr, G: gl.constexpr,
-                    NEXT: gl.constexpr):
-    j = pid * 0
-    _asm_zero(_wait_kernel_before(j), "fence.proxy.async.global;")
-    j = _activations(xa, st, sfull, sempty, j, pid, H, H, BN_O, BK, SSTAGES, G)
-    _wait_counter(counter, err, G)
-    j = _activations(xh, st, sfull, sempty, j, pid, I, H, BN_GU, BK, SSTAGES, G)
-    _wait_counter(counter + 1, err, G)
-    j = _activations(xg, st, sfull, sempty, j, pid, H, I, BN_D, BK, SSTAGES, G)
-    if NEXT:
-        _wait_counter(counter + 2, err, G)
-        j = _activations(xn, st, sfull, sempty, j, pid, Q, H, BN_Q, BK, SSTAGES, G)
 
 
 # ---- the converter warpgroup: BF16 k-tile → × norm weight × 448 / amax → e4m3, into the MMA's slot -------------
@@ -212,24 +151,8 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
     if NORM:
         rscale = rscale * fac.load(gl.SliceLayout(1, mma))
     for tile in range(pid, N // BN, G):
-        acc = gl.zeros([64, W], gl.float32, mma)
-        for kk in range(SLOTS):
-            si = i + kk
-            s = si % STAGES
-            mbarrier.wait(full.index(s), (si // STAGES) & 1)
-            for u in gl.static_range(PER):
-                xj = j + kk * PER + u
-                xsl = xj % XSTAGES
-                mbarrier.wait(xfull.index(xsl), (xj // XSTAGES) & 1)
-                acc = warpgroup_mma(xs.index(xsl), ring.index(s).slice(u * W, W).permute((1, 0)), acc,
-                                    is_async=True)
-                acc = warpgroup_mma_wait(num_outstanding=1, deps=(acc, ))
-                mbarrier.arrive(xempty.index((xj + XSTAGES - 1) % XSTAGES), pred=(kk > 0) | (u > 0))
-                if u == 0:
-                    mbarrier.arrive(empty.index((si + STAGES - 1) % STAGES), pred=kk > 0)
-        acc = warpgroup_mma_wait(num_outstanding=0, deps=(acc, ))
-        mbarrier.arrive(empty.index((i + SLOTS - 1) % STAGES))
-        mbarrier.arrive(xempty.index((j + SLOTS * PER - 1) % XSTAGES))
+        acc = _tile_mma(xs, xfull, xempty, ring, full, empty, i, j, gl.zeros([64, W], gl.float32, mma), W, PER,
+                        SLOTS, STAGES, XSTAGES)
         i += SLOTS
         j += SLOTS * PER
 
@@ -350,7 +273,7 @@ def w8a8_chain(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, q_ou
                     so, sgu, sd, sq_, sq_h, sq_x, am_h, am_g, am_x, gamma_post, gamma_in, counter, err, M, pid,
                     H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, XSTAGES, G, NEXT)),
         (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
-                       NEXT)),
+                       NEXT, True)),
         (activation_warp, (xa, xh, xg, xn, st, sfull, sempty, counter, err, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q,
                            BK, SSTAGES, G, NEXT)),
         (signal_warp, (counter, err, sq_h, sq_x, am_a, am_h, am_g, am_x, ready, cready, fac_h, fac_x, scl, inv, M,

@@ -92,24 +92,6 @@ def chain(attn, x, o, gate_up, down, qkv, gamma_post, gamma_in, eps: float, stat
 
 # ---- the Gluon launch (imported only where Hopper is) ------------------------------------------------------------
 
-_DESCRIPTORS: dict = {}
-
-
-def _descriptor(t: torch.Tensor, rows: int, cache: bool = False):
-    from triton.experimental.gluon import language as gl
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
-    key = (t.data_ptr(), tuple(t.shape), rows)
-    if cache and key in _DESCRIPTORS:
-        return _DESCRIPTORS[key]
-    kind = gl.float8e4nv if t.dtype == torch.float8_e4m3fn else gl.bfloat16
-    desc = TensorDescriptor.from_tensor(t, [rows, TILING.bk], gl.NVMMASharedLayout.get_default_for([rows, TILING.bk],
-                                                                                                  kind))
-    if cache:       # weights live as long as the engine; activations are new each call
-        _DESCRIPTORS[key] = desc
-    return desc
-
-
 def _launch(attn, x, o, o_s, gu, gu_s, d, d_s, qv, qs, gamma_post, gamma_in, eps, state):
     from . import _layer_chain_w8a8_gluon as kern
 
@@ -129,9 +111,10 @@ def _launch(attn, x, o, o_s, gu, gu_s, d, d_s, qv, qs, gamma_post, gamma_in, eps
     sq_h, sq_x = (torch.empty(hidden // bn, layer_chain.ROWS, **f32) for bn in (t.bn_o, t.bn_d))
     am_h, am_x = (torch.empty(hidden // bn, layer_chain.ROWS, **f32) for bn in (t.bn_o, t.bn_d))
     am_g = torch.empty(inter // t.bn_gu, layer_chain.ROWS, **f32)
-    wo, wgu, wd = _descriptor(o, t.bn_o, True), _descriptor(gu, 2 * t.bn_gu, True), _descriptor(d, t.bn_d, True)
-    wq = _descriptor(qv, t.bn_q, True) if qv is not None else wo
-    xa, xh, xg, xn = (_descriptor(v, layer_chain.ROWS) for v in (attn, h_out, g_out, x_out))
+    desc = layer_chain._descriptor
+    wo, wgu, wd = desc(o, t.bn_o, t.bk, True), desc(gu, 2 * t.bn_gu, t.bk, True), desc(d, t.bn_d, t.bk, True)
+    wq = desc(qv, t.bn_q, t.bk, True) if qv is not None else wo
+    xa, xh, xg, xn = (desc(v, layer_chain.ROWS, t.bk) for v in (attn, h_out, g_out, x_out))
     programs = min(t.programs or layer_chain._programs(x.device), layer_chain._programs(x.device))
     kern.w8a8_chain[(programs,)](
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, o_s, gu_s, d_s,
