@@ -86,7 +86,7 @@ def _weights(desc, ring, full, empty, i, pid, N: gl.constexpr, K: gl.constexpr, 
         for kk in range(K // BK // PER):
             s = i % STAGES
             mbarrier.wait(empty.index(s), ((i // STAGES) & 1) ^ 1)
-            mbarrier.expect(full.index(s), PER * desc.block_type.nbytes)    # BF16 or e4m3 (the W8A8 chain)
+            mbarrier.expect(full.index(s), PER * desc.block_type.nbytes)
             for u in gl.static_range(PER):
                 tma.async_copy_global_to_shared(desc, [tile * ROWS_W, (kk * PER + u) * BK], full.index(s),
                                                 ring.index(s).slice(u * ROWS_W, ROWS_W))
@@ -114,7 +114,7 @@ def weight_warp(wo, wgu, wd, wq, ring, full, empty, pid, H: gl.constexpr, I: gl.
 @gluon.jit
 def _activations(desc, xs, xfull, xempty, j, pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr,
                  BK: gl.constexpr, XSTAGES: gl.constexpr, G: gl.constexpr):
-    """Rows 0-31 of each slot (the W8A8 chain's staging slots have only those)."""
+    """Rows 0-31 of each slot: the step's 32 rows (the MMA's rows 32-63 stay zero)."""
     for tile in range(pid, N // BN, G):
         for k in range(K // BK):
             s = j % XSTAGES

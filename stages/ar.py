@@ -83,11 +83,11 @@ class AREngine:
         graph replay and per host read in the fast mode. `weight_format`: how the AR linear layers are read
         (quant.FORMATS; "fp8" quantises the model's weights once when the engine starts). `kv_format`: how the
         KV cache stores keys and values (kv_cache.KV_FORMATS; "fp8" halves what a step reads of them). `chain`:
-        the step runs each layer's products after attention as one op, one persistent kernel on Hopper: with BF16
-        weights layer_chain.py (9 % faster per one-row step on an H200), with FP8 weights layer_chain_w8a8.py
-        (activations quantised per row, W8A8). None (the default): the BF16 chain wherever its kernel runs
-        (elsewhere the separate products are the faster path, and the maths is the same); the FP8 chain only when
-        asked (True), as its kernel has not yet run on a GPU (docs/ar-engine.md)."""
+        the step runs each layer's products after attention as one op: with BF16 weights layer_chain.py, one
+        persistent kernel on Hopper (9 % faster per one-row step on an H200). None (the default): that chain
+        wherever its kernel runs (elsewhere the separate products are the faster path, and the maths is the same).
+        With FP8 weights, True runs the published W8A8 checkpoints' numerics instead (layer_chain_w8a8.py:
+        activations quantised per row, in torch): for measuring their quality, not a fast path."""
         if sampler not in SAMPLERS:
             raise ValueError(f"sampler must be one of {SAMPLERS}, got {sampler!r}")
         if weight_format not in quant.FORMATS:
@@ -121,7 +121,7 @@ class AREngine:
         self.step_weights = (step_weights.for_chain_fp8(model) if self.w8a8
                              else step_weights.for_chain(model) if self.chain
                              else step_weights.for_format(model, weight_format))
-        self.chain_state = layer_chain.words(self.device) if self.chain else None
+        self.chain_state = layer_chain.words(self.device) if self.chain and not self.w8a8 else None
         # prefill runs the same weights as the step when they are quantised (one model, not two; unpaired)
         self.weights = (branch_weights(model, AR) if self.folded
                         else step_weights.for_format(model, weight_format))
@@ -257,8 +257,7 @@ class AREngine:
             nxt = layers[i + 1] if i + 1 < len(layers) else None
             if self.w8a8:
                 h, qkv = layer_chain_w8a8.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down,
-                                                nxt and nxt.qkv, w.post_norm, nxt and nxt.in_norm, eps,
-                                                self.chain_state)
+                                                nxt and nxt.qkv, w.post_norm, nxt and nxt.in_norm, eps)
             else:
                 h, qkv = layer_chain.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down, nxt and nxt.qkv, eps,
                                            self.chain_state)
@@ -336,7 +335,7 @@ class AREngine:
         self._run(variant.name, variant)
         self.drawn_host.copy_(self.drawn, non_blocking=True)
         _sync(self.device)
-        if self.chain and layer_chain.timed_out(self.chain_state):
+        if self.chain_state is not None and layer_chain.timed_out(self.chain_state):
             raise RuntimeError("the layer-chain kernel's grid barrier timed out: this block's tokens are wrong")
         rows = self.drawn_host.tolist()
         n, finished, going_on = len(self.live), [], []

@@ -123,8 +123,7 @@ def _descriptor(t: torch.Tensor, rows: int, bk: int, cache: bool = False):
     key = (t.data_ptr(), tuple(t.shape), rows, bk)
     if cache and key in _DESCRIPTORS:
         return _DESCRIPTORS[key]
-    kind = gl.float8e4nv if t.dtype == torch.float8_e4m3fn else gl.bfloat16     # e4m3: the W8A8 chain's weights
-    desc = TensorDescriptor.from_tensor(t, [rows, bk], gl.NVMMASharedLayout.get_default_for([rows, bk], kind))
+    desc = TensorDescriptor.from_tensor(t, [rows, bk], gl.NVMMASharedLayout.get_default_for([rows, bk], gl.bfloat16))
     if cache:       # weights live as long as the engine; activations are new each call
         _DESCRIPTORS[key] = desc
     return desc

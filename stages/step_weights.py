@@ -59,7 +59,7 @@ def for_chain(model: YuE2) -> list[BranchWeights]:
 
 
 def for_chain_fp8(model: YuE2) -> list[BranchWeights]:
-    """The fp8 step weights as the W8A8 layer chain reads them (layer_chain_w8a8.py): `for_format(model, "fp8")`'s
+    """The fp8 step weights as the W8A8 numerics read them (layer_chain_w8a8.py): `for_format(model, "fp8")`'s
     (or a quantised checkpoint's, `set_step_weights`), each gate/up pair — values and per-row scales — with its rows
     paired. Built once per model; prefill keeps reading the unpaired ones."""
     from . import layer_chain

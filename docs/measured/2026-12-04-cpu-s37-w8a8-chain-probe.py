@@ -19,7 +19,9 @@ step's 32 rows, but stored its activations straight as FP8 without scales. Here 
 The probe checks one layer against the op's torch reference (`layer_chain_w8a8.reference`) and against the same
 layer with unquantised activations in FP32, rows alone and batched (the same bits), the last layer (no q/k/v), then
 times 28 layers (µs per layer in a CUDA graph, 32 rows) against the BF16 chain.
-Run on an H200 from the repository root: python docs/measured/2026-12-04-cpu-s37-w8a8-chain-probe.py
+Run on an H200 (2026-12-04, s38: `…-s38-w8a8-chain-probe.log`; wrong and 2.1× slower than BF16, so the kernel was
+removed: it runs from commit b120a3f's tree) from the repository root:
+python docs/measured/2026-12-04-cpu-s37-w8a8-chain-probe.py
 `--compile-only` (Triton 3.6, any box): compiles the kernel for sm_90."""
 
 import sys

@@ -7,7 +7,8 @@ repeatable, and 78.4 µs per layer against 37.0 for the BF16 chain and 24.0 for 
 3. Variants of the kernel (source edits into a temporary module beside the product's): the converter without the
    norm weight's load, without the staging load, without the store into the MMA's slot, deeper staging; µs per
    layer over 28 layers in a CUDA graph, 32 rows, so the converter's share of the time is measured.
-Run on an H200 from the repository root: python docs/measured/2026-12-04-cpu-s38-w8a8-diagnose-probe.py"""
+Run on an H200 from the repository root of commit b120a3f's tree (the kernel was removed after this run,
+`…-s38-w8a8-diagnose.log`): python docs/measured/2026-12-04-cpu-s38-w8a8-diagnose-probe.py"""
 import importlib
 import pathlib
 import sys
