@@ -153,16 +153,8 @@ def snake(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> t
 @functools.cache
 def _fused_snake():
     """On CUDA the snake runs as one compiled kernel (eager: six kernels and five full-size temporaries, ~28 % of an
-    H200 decode). Only the length is dynamic: one compile per decoder width (six in yue2-3b's VAE) serves every tile,
-    and its kernels index with a fixed channel count — with every size dynamic they took 55.2 of a 543 ms FP32 decode
-    of the reference track on an H200, 42.2 this way, the same audio bits (docs/benchmarks.md, 2026-12-04 ninth
-    session). The batch stays static: decoding runs one song's tiles, batch 1."""
-    inner = compiled(snake, fullgraph=True, dynamic=False)
-
-    def run(x: torch.Tensor, log_alpha: torch.Tensor, log_beta: torch.Tensor) -> torch.Tensor:
-        torch._dynamo.mark_dynamic(x, 2)
-        return inner(x, log_alpha, log_beta)
-    return run
+    H200 decode); dynamic shapes, so one compile serves every layer and tile."""
+    return compiled(snake, fullgraph=True, dynamic=True)
 
 
 class SnakeBeta(nn.Module):
@@ -176,6 +168,8 @@ class SnakeBeta(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:    # [B, C, L] → [B, C, L]
         if not x.is_cuda:
             return snake(x, self.alpha, self.beta)
+        # Detached: torch.compile holds a parameter's shape static, which would pin the channel count and compile
+        # once per decoder width; plain tensors keep every dimension dynamic.
         return _fused_snake()(x, self.alpha.detach(), self.beta.detach())
 
 
