@@ -65,9 +65,9 @@ def song_figures(report: dict) -> dict[str, float]:
 
 def quality_figures(report: dict) -> dict[str, float]:
     """quality_<phase>_tv_<variant> and quality_<phase>_top1_<variant>: each format against the BF16 engine
-    (variant: floor = the same weights through the plain forward, fp8, fp8_w8a8 (the W8A8 layer chain), nvfp4, kvfp8,
-    fp8_kvfp8)."""
-    names = {"bf16 (other path)": "floor", "fp8 weights": "fp8", "fp8 weights, W8A8 chain": "fp8_w8a8",
+    (variant: floor = the same weights through the plain forward, fp8, fp8_w8a8 (activations quantised too), nvfp4,
+    kvfp8, fp8_kvfp8)."""
+    names = {"bf16 (other path)": "floor", "fp8 weights": "fp8", "fp8 weights, W8A8": "fp8_w8a8",
              "nvfp4 weights": "nvfp4", "fp8 KV cache": "kvfp8", "fp8 weights + KV": "fp8_kvfp8"}
     out = {}
     for row in report["rows"]:

@@ -87,7 +87,7 @@ def test_bench_quality_compares_every_format_with_the_bf16_engine(tiny_ckpt_dir,
     rows = {(row["variant"], row["phase"]): row for row in json.loads(report.read_text())["rows"]}
     assert len(rows) == 12 and {p for _, p in rows} == {"plan", "semantic"}
     assert all(rows[("bf16 (other path)", p)]["mean_tv"] < 1e-4 for p in ("plan", "semantic"))
-    assert all(rows[(v, p)]["mean_tv"] > 1e-4 for v in ("fp8 weights", "fp8 weights, W8A8 chain", "nvfp4 weights",
+    assert all(rows[(v, p)]["mean_tv"] > 1e-4 for v in ("fp8 weights", "fp8 weights, W8A8", "nvfp4 weights",
                                                           "fp8 KV cache") for p in ("plan", "semantic"))
     assert all(rows[("nvfp4 weights", p)]["mean_tv"] > rows[("fp8 weights", p)]["mean_tv"]
                for p in ("plan", "semantic"))
@@ -95,6 +95,6 @@ def test_bench_quality_compares_every_format_with_the_bf16_engine(tiny_ckpt_dir,
     keys = json.loads(summary.read_text())
     assert keys["quality_semantic_tv_fp8"]["value"] == round(rows[("fp8 weights", "semantic")]["mean_tv"], 4)
     assert keys["quality_semantic_tv_nvfp4"]["value"] == round(rows[("nvfp4 weights", "semantic")]["mean_tv"], 4)
-    assert keys["quality_semantic_tv_fp8_w8a8"]["value"] == round(rows[("fp8 weights, W8A8 chain", "semantic")]
+    assert keys["quality_semantic_tv_fp8_w8a8"]["value"] == round(rows[("fp8 weights, W8A8", "semantic")]
                                                                   ["mean_tv"], 4)
     assert "RANDOM weights" in r.output and "3.8%" in r.output and "6.3%" in r.output

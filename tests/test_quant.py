@@ -171,7 +171,7 @@ def test_w8a8_chain_quantises_each_row_on_its_own():
 
 @torch.inference_mode()
 def test_the_w8a8_chain_engine_stays_close_to_the_w8a16_engine(model):
-    """The same FP8 weights with the W8A8 chain (activations quantised per row) and without (W8A16): teacher-forced
+    """The same FP8 weights with the W8A8 numerics (activations quantised per row) and without (W8A16): teacher-forced
     logits close, but not the same."""
     prompt, fed = [256, 5, 9, 200, 33, 77, 1], [12, 460, 99, 3, 250, 17, 8, 120]
     out = {}

@@ -3,8 +3,8 @@
 The BF16 engine samples a plan (ABC) and a semantic sequence for the bench track (forced lengths, its conditional
 branch only). Then every variant — the plain forward (the same BF16 weights through another kernel path: the
 numerical floor), FP8 weights (activations unquantised, W8A16, as the separate products run them), FP8 weights
-through the W8A8 layer chain (activations quantised per row, as the published W8A8 checkpoints run; on the CPU its
-torch reference), NVFP4 weights, an FP8 KV cache, FP8 weights with it — is teacher-forced over those
+with the activations quantised per row too (W8A8, as the published W8A8 checkpoints run; stages/layer_chain_w8a8.py,
+in torch), NVFP4 weights, an FP8 KV cache, FP8 weights with it — is teacher-forced over those
 sequences, and at every generated position its distribution over the phase's allowed ids is compared with the BF16
 engine's: top-1 agreement, the mean negative log-likelihood of the sampled ids (beside BF16's own), and the
 total-variation distance. Top-1 agreement says little for the semantic phase (its distributions are nearly flat);
@@ -20,12 +20,12 @@ from .song import BENCH_STYLE, bench_lyrics, environment
 
 # Published for the real YuE2-3B weights (issue 10: teacher-forced on the BF16 model's own samples, 6,286 plan and
 # 17,931 semantic positions): semantic TV per format, and plan top-1 agreement.
-PUBLISHED = {"semantic_tv": {"bf16 (other path)": 0.012, "fp8 weights": 0.038, "fp8 weights, W8A8 chain": 0.038,
+PUBLISHED = {"semantic_tv": {"bf16 (other path)": 0.012, "fp8 weights": 0.038, "fp8 weights, W8A8": 0.038,
                              "nvfp4 weights": 0.063},
              "plan_top1_at_least": 0.996}
-# (name, (weights, KV cache, layer chain)); None: the plain forward
+# (name, (weights, KV cache, layer chain: with fp8 weights the W8A8 numerics)); None: the plain forward
 VARIANTS = (("bf16 (other path)", None), ("fp8 weights", ("fp8", "bf16", False)),
-            ("fp8 weights, W8A8 chain", ("fp8", "bf16", True)), ("nvfp4 weights", ("nvfp4", "bf16", None)),
+            ("fp8 weights, W8A8", ("fp8", "bf16", True)), ("nvfp4 weights", ("nvfp4", "bf16", None)),
             ("fp8 KV cache", ("bf16", "fp8", None)), ("fp8 weights + KV", ("fp8", "fp8", False)))
 
 
