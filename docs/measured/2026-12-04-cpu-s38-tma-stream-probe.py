@@ -8,6 +8,8 @@ The kernel: one program per SM; a loader warp walks its tiles of a 2.8 GB BF16 m
 bytes), round robin over the programs, and copies each [BR, BC] tile with TMA into a ring of STAGES slots; the other
 warps only wait for each slot and free it (no compute). Printed: TB/s of weights read, per (box, ring) setting, two
 rounds, against a read-only reduction (`torch.sum`) and a copy (`copy_`, counting the bytes read) of the same matrix.
+Then the layer chain's own weight warp (`_layer_chain_gluon.weight_warp`: its products, tiles and slots) with a
+drain in place of the consumer, 28 launches of yue2-3b-shaped layers (`--chain-order` runs only that).
 Run on an H200 from the repository root: python docs/measured/2026-12-04-cpu-s38-tma-stream-probe.py
 `--compile-only` (Triton 3.6, any box): compiles every setting for sm_90 and prints its shared memory."""
 import sys
@@ -18,7 +20,7 @@ from triton.experimental.gluon import language as gl
 from triton.experimental.gluon.language.nvidia.hopper import mbarrier, tma
 
 sys.path.insert(0, ".")
-from stages._layer_chain_gluon import _asm_zero  # noqa: E402
+from stages._layer_chain_gluon import _asm_zero, weight_warp  # noqa: E402
 
 COLS = 2048
 ROWS = 688_128                       # × 2048 × 2 B = 2.82 GB: 28 × 100.7 MB, the chain's weights per step
@@ -80,6 +82,77 @@ def stream(desc, TILES: gl.constexpr, NCOL: gl.constexpr, BR: gl.constexpr, BC: 
         (_drain, (ring, full, empty, pid, TILES, NCOL, STAGES, G, ORDER)),
         (_loader, (desc, ring, full, empty, pid, TILES, NCOL, BR, BC, STAGES, G, ORDER)),
     ], [1], [40])
+
+
+@gluon.jit
+def _slots(pid, N: gl.constexpr, K: gl.constexpr, BN: gl.constexpr, BK: gl.constexpr, G: gl.constexpr,
+           PAIR: gl.constexpr):
+    PER: gl.constexpr = 32 // (2 * BN if PAIR else BN)
+    return ((N // BN - pid + G - 1) // G) * (K // BK // PER)
+
+
+@gluon.jit
+def _chain_drain(ring, full, empty, pid, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
+                 BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr,
+                 STAGES: gl.constexpr, G: gl.constexpr):
+    n = (_slots(pid, H, H, BN_O, BK, G, False) + _slots(pid, I, H, BN_GU, BK, G, True)
+         + _slots(pid, H, I, BN_D, BK, G, False) + _slots(pid, Q, H, BN_Q, BK, G, False))
+    for i in range(n):
+        s = i % STAGES
+        mbarrier.wait(full.index(s), (i // STAGES) & 1)
+        mbarrier.arrive(empty.index(s))
+
+
+@gluon.jit
+def chain_walk(wo, wgu, wd, wq, H: gl.constexpr, I: gl.constexpr, Q: gl.constexpr, BN_O: gl.constexpr,
+               BN_GU: gl.constexpr, BN_D: gl.constexpr, BN_Q: gl.constexpr, BK: gl.constexpr, STAGES: gl.constexpr,
+               G: gl.constexpr):
+    """The layer chain's own weight warp (o, gate/up paired, down, next q/k/v, its tiles and slots) with a drain in
+    place of the consumer: the chain's weight walk with nothing else in the kernel."""
+    pid = gl.program_id(0)
+    _asm_zero(pid, "griddepcontrol.launch_dependents;")
+    ring = gl.allocate_shared_memory(gl.bfloat16, [STAGES, 32, BK],
+                                     gl.NVMMASharedLayout.get_default_for([32, BK], gl.bfloat16))
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for s in gl.static_range(STAGES):
+        mbarrier.init(full.index(s), count=1)
+        mbarrier.init(empty.index(s), count=1)
+    gl.warp_specialize([
+        (_chain_drain, (ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G)),
+        (weight_warp, (wo, wgu, wd, wq, ring, full, empty, pid, H, I, Q, BN_O, BN_GU, BN_D, BN_Q, BK, STAGES, G,
+                       True, True)),
+    ], [1], [40])
+
+
+def chain_order() -> None:
+    """28 layers of yue2-3b-shaped BF16 weights (o, gate/up paired, down, q/k/v: 100.7 MB a layer) walked by the
+    chain's weight warp, one launch per layer (early start), against the plain stream's 22.0 µs per layer."""
+    from stages import layer_chain
+
+    t = layer_chain.TILING
+    h, i, q = 2048, 6144, 4096
+    g = torch.cuda.get_device_properties(0).multi_processor_count
+    shapes = ((h, h), (2 * i, h), (h, i), (q, h))
+    layers = [[torch.randn(n, k, device="cuda", dtype=torch.bfloat16) for n, k in shapes] for _ in range(28)]
+    d = layer_chain._descriptor
+    descs = [(d(o, t.bn_o, t.bk), d(gu, 2 * t.bn_gu, t.bk), d(dn, t.bn_d, t.bk), d(qq, t.bn_q, t.bk))
+             for o, gu, dn, qq in layers]
+    size = sum(w.numel() * w.element_size() for lay in layers for w in lay)
+    for rnd in range(2):
+        for stages in (12, 24):
+            def run():
+                for wo, wgu, wd, wq in descs:
+                    chain_walk[(g,)](wo, wgu, wd, wq, H=h, I=i, Q=q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
+                                     BN_Q=t.bn_q, BK=t.bk, STAGES=stages, G=g, num_warps=4, launch_pdl=True)
+            run()
+            torch.cuda.synchronize()
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                run()
+            sec = _seconds(graph.replay)
+            print(f"round {rnd} the chain's weight walk, {stages} slots of 32 × {t.bk}, 28 launches (early start)  "
+                  f"{size / sec / 1e12:5.2f} TB/s ({sec / 28 * 1e6:5.1f} µs per layer)", flush=True)
 
 
 def _const(br, bc, stages, order, g):
@@ -170,6 +243,9 @@ def per_layer() -> None:
 if __name__ == "__main__":
     if "--compile-only" in sys.argv:
         compile_only()
+    elif "--chain-order" in sys.argv:
+        chain_order()
     else:
         main()
         per_layer()
+        chain_order()
