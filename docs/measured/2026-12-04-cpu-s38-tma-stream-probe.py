@@ -208,7 +208,8 @@ def main() -> None:
                       f"({br * bc * 2 * stages // 1024:3} KB), {('row blocks', 'chain order')[order]:11}  "
                       f"{size / t / 1e12:5.2f} TB/s", flush=True)
             except Exception as e:  # noqa: BLE001 - a setting that does not fit says so and the rest run
-                print(f"round {rnd} TMA [{br}, {bc}] × {stages}, order {order}: {type(e).__name__}: {str(e)[:200]}", flush=True)
+                print(f"round {rnd} TMA [{br}, {bc}] × {stages}, order {order}: {type(e).__name__}: "
+                      f"{str(e)[:200]}", flush=True)
 
 
 def per_layer() -> None:
