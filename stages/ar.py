@@ -256,8 +256,8 @@ class AREngine:
             out = decode_attention(qkv, w.q_norm, w.k_norm, cos, sin, kv.k[i], kv.v[i], kv.block_table, seq_lens, eps)
             nxt = layers[i + 1] if i + 1 < len(layers) else None
             if self.w8a8:
-                h, qkv = layer_chain_w8a8.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down,
-                                                nxt and nxt.qkv, w.post_norm, nxt and nxt.in_norm, eps)
+                h, qkv = layer_chain_w8a8.reference(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down,
+                                                    nxt and nxt.qkv, w.post_norm, nxt and nxt.in_norm, eps)
             else:
                 h, qkv = layer_chain.chain(out.reshape(len(h), -1), h, w.o, w.gate_up, w.down, nxt and nxt.qkv, eps,
                                            self.chain_state)

@@ -1,5 +1,5 @@
-"""The layer chain's maths with FP8 weights and FP8 activations (W8A8), in torch: `chain(attn, x, o, gate_up, down,
-qkv, gamma_post, gamma_in, eps)`.
+"""The layer chain's maths with FP8 weights and FP8 activations (W8A8), in torch: `reference(attn, x, o, gate_up,
+down, qkv, gamma_post, gamma_in, eps)`.
 
 The same four products as `layer_chain` — o (+ residual), gate/up (RMSNorm, SiLU·up), down (+ residual), the next
 layer's q/k/v (RMSNorm) — over e4m3 weights with an FP32 scale per output row (`quant.quantize_fp8`; gate/up with
@@ -58,8 +58,3 @@ def reference(attn: torch.Tensor, x: torch.Tensor, o, gate_up, down, qkv, gamma_
     if qkv is None:
         return out, out.new_empty(len(out), 0)
     return out, _product(out.float() * gamma_in.float(), qkv, _factor(out, eps)).to(bf)
-
-
-def chain(attn, x, o, gate_up, down, qkv, gamma_post, gamma_in, eps: float):
-    """The op's name in the engine's step (`reference` says what it computes)."""
-    return reference(attn, x, o, gate_up, down, qkv, gamma_post, gamma_in, eps)

@@ -88,7 +88,7 @@ def run_ar_bench(*, model: str, vae: str | None, device: str, rows: tuple[int, .
             table.append(_measure(engine, cfg, name, ctx, kind, b, blocks, wbytes, kv_token, rate))
             _print_row(table[-1])
     report = {"environment": environment(device), "model": cfg.name, "weight_format": weight_format,
-              "kv_format": kv_format, "layer_chain": engine.chain, "w8a8": engine.w8a8,
+              "kv_format": kv_format, "layer_chain": engine.chain,
               "copy_rate_bytes_s": rate,
               "weight_bytes": wbytes, "kv_bytes_per_token": kv_token, "slots": engine.slots, "block": engine.block,
               "engine_build_seconds": build_seconds, "rows": table,
@@ -314,8 +314,7 @@ def print_report(r: dict) -> None:
     env = r["environment"]
     rate = r["copy_rate_bytes_s"]
     title = (f"farm bench ar — {r['model']}, AR weights {r.get('weight_format', 'bf16')}, KV cache "
-             f"{r.get('kv_format', 'bf16')}{', layer chain' if r.get('layer_chain') else ''}"
-             f"{' (W8A8)' if r.get('w8a8') else ''}, on "
+             f"{r.get('kv_format', 'bf16')}{', layer chain' if r.get('layer_chain') else ''}, on "
              f"{env.get('gpu', env['device'])}, torch {env['torch']}, {env['date']}; "
              f"{r['slots']}-slot step, {r['block']} steps per graph; forced lengths (random weights); floor = "
              f"({r['weight_bytes'] / 1e9:.2f} GB weights + rows × context × {r['kv_bytes_per_token'] // 1024} KiB)"
