@@ -33,101 +33,43 @@ def _norm_rope(QKV, W, COS, SIN, row_at, cs_at, heads, hmask, eps, D: tl.constex
 
 
 @triton.jit
-def _chunk_pages(past, PROGRAMS: tl.constexpr, PAGE: tl.constexpr):
-    """Pages per chunk for a row with `past` cached keys: the fewest that PROGRAMS chunks cover the row with, never
-    less than one. It depends on the row's own length alone."""
-    return tl.maximum(tl.cdiv(tl.cdiv(past, PROGRAMS), PAGE), 1)
+def _span(past, PROGRAMS: tl.constexpr, PAGE: tl.constexpr):
+    """Keys per span for a row with `past` cached keys: whole pages, few enough that PROGRAMS spans cover the row
+    (one span per program), never less than a page. It depends on the row's own length alone."""
+    return tl.maximum(tl.cdiv(tl.cdiv(past, PROGRAMS), PAGE), 1) * PAGE
 
 
 @triton.jit
-def _units(chunk_pages, SPLIT: tl.constexpr):
-    """A chunk's units: pages per unit (the chunk cut into at most SPLIT), and units per full chunk."""
-    unit_pages = tl.cdiv(chunk_pages, SPLIT)
-    return unit_pages, tl.cdiv(chunk_pages, unit_pages)
-
-
-@triton.jit
-def _fold(m_a, l_a, acc_a, m_b, l_b, acc_b):
-    """Two partial softmax sums, each over its own maximum, as one: the same operations wherever it runs (the fused
-    multiply-adds spelt out), so a chunk folded in one program and one folded from stored units agree bit for bit.
-    With a = (−inf, 0, 0) it returns b exactly."""
-    m = tl.maximum(m_a, m_b)
-    alpha = tl.where(m_a == m, 1.0, tl.exp2(m_a - m))     # exactly 1 for the larger one, whatever exp2 gives at 0
-    beta = tl.where(m_b == m, 1.0, tl.exp2(m_b - m))
-    return m, tl.fma(l_a, alpha, l_b * beta), tl.fma(acc_a, alpha[:, None], acc_b * beta[:, None])
-
-
-@triton.jit
-def _step(LENS, ROWS, ROWS_PAD: tl.constexpr, PROGRAMS: tl.constexpr, PAGE: tl.constexpr, SPLIT: tl.constexpr,
-          WIDE_UP_TO):
-    """What every program of both kernels works out alike from the step's lengths: each row's cached keys, its
-    unit places (units per chunk times chunks), the places before it, and whether the step is `wide` (one program
-    per unit: few units in all) or not (one per chunk)."""
-    r = tl.arange(0, ROWS_PAD)
-    pasts = tl.maximum(tl.load(LENS + r, mask=r < ROWS, other=0) - 1, 0)
-    chunk_pages = _chunk_pages(pasts, PROGRAMS, PAGE)
-    _, per_chunk = _units(chunk_pages, SPLIT)
-    places = tl.cdiv(tl.cdiv(pasts, PAGE), chunk_pages) * per_chunk
-    cum = tl.cumsum(places, 0)
-    return r, pasts, places, cum, tl.sum(places, 0) <= WIDE_UP_TO
-
-
-@triton.jit
-def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PM, PL, PACC,
-                       s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sm_u, sa_u, sa_h, qk_scale, eps, ROWS, WIDE_UP_TO,
+def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
+                       s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
                        PAGE: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
-                       PDL: tl.constexpr, SPLIT: tl.constexpr, ROWS_PAD: tl.constexpr, FP8: tl.constexpr = False):
-    """Program (row slot, kv head, p): the query heads of one GQA group against some of a row's cached keys. The
-    keys fall into at most PROGRAMS chunks of whole pages (`_chunk_pages`), each chunk into at most SPLIT units
-    (`_units`); a unit is summed a page at a time (online softmax in FP32, a pipelined loop) and a chunk folds its
-    units in order (`_fold`). When the step is `wide`, program number row slot · PROGRAMS + p takes the unit place
-    of that number among all live rows' places and stores its unit; otherwise program (row, p) takes chunk p of
-    that row, folds its units itself and stores the chunk. The merge kernel folds stored units into chunks the same
-    way, so a row's chunks — and its result — do not depend on which way the step ran (batch invariance)."""
+                       PDL: tl.constexpr, FP8: tl.constexpr = False):
+    """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time through a
+    pipelined loop: the query heads of one GQA group against the span's keys, online softmax in FP32."""
     GROUPS: tl.constexpr = HEADS // KV
-    slot, kvh, p = tl.program_id(0), tl.program_id(1), tl.program_id(2)
+    row, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     # The step's lengths are written before the kernel before begins (each kernel of the step waits for its own
-    # kernel before, then lets the next launch), so they can be read before the wait; a program without keys
+    # kernel before, then lets the next launch), so they can be read before the wait; a span with no keys then
     # leaves at once instead of holding an SM while it waits (2026-12-03: 1.5-2 % off a one-row step).
-    r, pasts, places, cum, wide = _step(LENS, ROWS, ROWS_PAD, PROGRAMS, PAGE, SPLIT, WIDE_UP_TO)
-    if wide:
-        out = slot * PROGRAMS + p
-        row = tl.sum((cum <= out).to(tl.int32), 0)
-        mine = r == row
-        past = tl.sum(tl.where(mine, pasts, 0), 0)
-        place = out - tl.sum(tl.where(mine, cum - places, 0), 0)
-        chunk_pages = _chunk_pages(past, PROGRAMS, PAGE)
-        unit_pages, per_chunk = _units(chunk_pages, SPLIT)
-        chunk_start = place // per_chunk * chunk_pages * PAGE
-        start = chunk_start + place % per_chunk * unit_pages * PAGE
-        end = tl.minimum(tl.minimum(start + unit_pages * PAGE, chunk_start + chunk_pages * PAGE), past)
-    else:
-        out = slot * PROGRAMS + p
-        row = slot
-        past = tl.sum(tl.where(r == row, pasts, 0), 0)
-        chunk_pages = _chunk_pages(past, PROGRAMS, PAGE)
-        unit_pages, per_chunk = _units(chunk_pages, SPLIT)
-        chunk_start = p * chunk_pages * PAGE
-        start = chunk_start
-        end = tl.minimum(start + chunk_pages * PAGE, past)
-    busy = start < end
+    past = tl.load(LENS + row) - 1
+    span = _span(past, PROGRAMS, PAGE)
+    start = split * span
     if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
-        if busy:
+        if start < past:
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
-    if busy:
+    if start < past:
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, D)
         n = tl.arange(0, PAGE)
         heads = kvh * GROUPS + g
         qmask = g < GROUPS
         q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
-        none = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        zero = tl.zeros([GROUP_PAD], tl.float32)
-        zeros = tl.zeros([GROUP_PAD, D], tl.float32)
-        cm, cl, cacc = none, zero, zeros          # the chunk so far (its units folded)
-        m, total, acc = none, zero, zeros         # the unit so far
+        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+        total = tl.zeros([GROUP_PAD], tl.float32)
+        acc = tl.zeros([GROUP_PAD, D], tl.float32)
+        end = tl.minimum(start + span, past)
         for pos in tl.range(start, end, PAGE, num_stages=STAGES):
             page_id = tl.load(BT + row * sbt_r + pos // PAGE)
             kmask = pos + n < end
@@ -152,26 +94,18 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PM, PL, PACC,
             else:
                 acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
             m = m_new
-            # the unit ends here: at the range's end, or after its unit_pages-th page of the chunk
-            done = ((pos - chunk_start) // PAGE % unit_pages == unit_pages - 1) | (pos + PAGE >= end)
-            fm, fl, facc = _fold(cm, cl, cacc, m, total, acc)
-            cm, cl, cacc = tl.where(done, fm, cm), tl.where(done, fl, cl), tl.where(done, facc, cacc)
-            m, total, acc = tl.where(done, none, m), tl.where(done, zero, total), tl.where(done, zeros, acc)
-        at = out * sm_u + heads
-        tl.store(PM + at, cm, mask=qmask)
-        tl.store(PL + at, cl, mask=qmask)
-        tl.store(PACC + out * sa_u + heads[:, None] * sa_h + d[None, :], cacc, mask=qmask[:, None])
+        part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
+        tl.store(part, acc / total[:, None], mask=qmask[:, None])
+        tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
 
 
 @triton.jit
-def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PM, PL, PACC, OUT,
-                    s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sm_u, sa_u, sa_h, so_r, so_h, qk_scale, eps, ROWS,
-                    WIDE_UP_TO, HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                    PROGRAMS: tl.constexpr, PDL: tl.constexpr, SPLIT: tl.constexpr, ROWS_PAD: tl.constexpr,
-                    FP8: tl.constexpr = False):
-    """Program (row, head): the row's chunks (folded here from their stored units when the step was wide, as
-    stored otherwise), then the new key and the chunks at once in a fixed order (so batch-invariant); the first
-    head of each GQA group also stores the new key and value into the cache."""
+def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
+                    s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
+                    HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
+                    PROGRAMS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
+    """Program (row, head): the new key first, then the row's spans, all at once in a fixed order (so
+    batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
     if PDL:
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
@@ -195,34 +129,15 @@ def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PM, PL, PACC, OUT,
         total = tl.full([], 1.0, tl.float32)
         acc = v_new.to(tl.float32)
         past = length - 1
-        r, pasts, places, cum, wide = _step(LENS, ROWS, ROWS_PAD, PROGRAMS, PAGE, SPLIT, WIDE_UP_TO)
-        chunk_pages = _chunk_pages(past, PROGRAMS, PAGE)
-        unit_pages, per_chunk = _units(chunk_pages, SPLIT)
-        c = tl.arange(0, PROGRAMS)
-        chunks = c * chunk_pages * PAGE < past
-        if wide:   # unit j of every chunk at once: at most SPLIT folds
-            first = tl.sum(tl.where(r == row, cum - places, 0), 0)
-            cm = tl.full([PROGRAMS], float("-inf"), tl.float32)
-            cl = tl.zeros([PROGRAMS], tl.float32)
-            cacc = tl.zeros([PROGRAMS, D], tl.float32)
-            for j in tl.static_range(SPLIT):
-                there = chunks & (c * 0 + j < per_chunk) & ((c * chunk_pages + j * unit_pages) * PAGE < past)
-                at = first + c * per_chunk + j
-                um = tl.load(PM + at * sm_u + head, mask=there, other=float("-inf"))
-                ul = tl.load(PL + at * sm_u + head, mask=there, other=0.0)
-                uacc = tl.load(PACC + at[:, None] * sa_u + head * sa_h + d[None, :], mask=there[:, None], other=0.0)
-                fm, fl, facc = _fold(cm, cl, cacc, um, ul, uacc)
-                cm, cl, cacc = tl.where(there, fm, cm), tl.where(there, fl, cl), tl.where(there[:, None], facc, cacc)
-        else:
-            at = row * PROGRAMS + c
-            cm = tl.load(PM + at * sm_u + head, mask=chunks, other=float("-inf"))
-            cl = tl.load(PL + at * sm_u + head, mask=chunks, other=1.0)
-            cacc = tl.load(PACC + at[:, None] * sa_u + head * sa_h + d[None, :], mask=chunks[:, None], other=0.0)
-        lse = tl.where(chunks, cm + tl.log2(tl.where(chunks, cl, 1.0)), float("-inf"))
+        splits = tl.cdiv(past, _span(past, PROGRAMS, PAGE))
+        s = tl.arange(0, PROGRAMS)
+        smask = s < splits
+        lse = tl.load(LSE + row * sl_r + head * sl_h + s, mask=smask, other=float("-inf"))
         m_new = tl.maximum(m, tl.max(lse, 0))
         alpha = tl.exp2(m - m_new)
-        w = tl.where(chunks, tl.exp2(lse - m_new), 0.0)
-        part = tl.where(chunks[:, None], cacc / tl.where(chunks, cl, 1.0)[:, None], 0.0)
+        w = tl.where(smask, tl.exp2(lse - m_new), 0.0)
+        part = tl.load(PART + row * sp_r + head * sp_h + s[:, None] * sp_s + d[None, :], mask=smask[:, None],
+                       other=0.0)
         acc = acc * alpha + tl.sum(part * w[:, None], 0)
         total = total * alpha + tl.sum(w, 0)
         tl.store(OUT + row * so_r + head * so_h + d, (acc / total).to(OUT.dtype.element_ty))

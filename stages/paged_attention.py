@@ -26,10 +26,8 @@ import torch
 from .kv_cache import to_pool
 from .transformer import Dims, qk_norm_rope, split_heads
 
-PROGRAMS = 16        # chunks per row (and programs per row slot and KV head): the row's keys in at most 16 chunks
-STAGES = 2           # pages in flight per program (the page loop's pipeline; 2, 3 and 4 measured level)
-SPLIT = 2            # units per chunk: a wide step's programs each take one
-WIDE_UP_TO = 64      # a step whose live rows have at most this many units in all is wide (one program per unit)
+PROGRAMS = 16        # programs (spans) per (row, KV head): short rows spread over several, long rows over no more
+STAGES = 2           # pages in flight per program (the span loop's pipeline; 2, 3 and 4 measured level)
 
 
 def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
@@ -66,9 +64,7 @@ def decode_attention(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table,
 
 # ---- the Triton kernels (imported only where CUDA is) -----------------------------------------------------------
 
-def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps,
-            wide_up_to: int | None = None) -> torch.Tensor:
-    """`wide_up_to`: WIDE_UP_TO for this call (the tests force one way or the other with it)."""
+def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps) -> torch.Tensor:
     import triton
 
     from ._paged_attention_triton import merge_and_store, split_kv_attention
@@ -78,26 +74,23 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
     rows, heads = qkv.shape[0], qkv.shape[1] // d - 2 * kv
     groups = heads // kv
     early = pdl(qkv.device)
-    slots = rows * PROGRAMS     # one per (row, chunk) or, in a wide step, per unit
-    pm = torch.empty(slots, heads, dtype=torch.float32, device=qkv.device)
-    pl = torch.empty(slots, heads, dtype=torch.float32, device=qkv.device)
-    pacc = torch.empty(slots, heads, d, dtype=torch.float32, device=qkv.device)
+    part = torch.empty(rows, heads, PROGRAMS, d, dtype=torch.float32, device=qkv.device)
+    lse = torch.empty(rows, heads, PROGRAMS, dtype=torch.float32, device=qkv.device)
     out = torch.empty(rows, heads, d, dtype=qkv.dtype, device=qkv.device)
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
     common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, PROGRAMS=PROGRAMS, PDL=early, launch_pdl=early,
-                  SPLIT=SPLIT, ROWS_PAD=triton.next_power_of_2(rows), FP8=k_pool.dtype == torch.float8_e4m3fn)
-    wide = min(WIDE_UP_TO if wide_up_to is None else wide_up_to, slots)
+                  FP8=k_pool.dtype == torch.float8_e4m3fn)
     split_kv_attention[(rows, kv, PROGRAMS)](
-        qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, pm, pl, pacc,
+        qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
-        block_table.stride(0), pm.stride(0), pacc.stride(0), pacc.stride(1), qk_scale, eps, rows, wide,
-        GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32, STAGES=STAGES,
-        **common)
+        block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
+        qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
+        STAGES=STAGES, **common)
     merge_and_store[(rows, heads)](
-        qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, pm, pl, pacc, out,
+        qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),
-        pm.stride(0), pacc.stride(0), pacc.stride(1), out.stride(0), out.stride(1), qk_scale, eps, rows, wide,
-        **common)
+        part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1), out.stride(0), out.stride(1),
+        qk_scale, eps, **common)
     return out
 
 

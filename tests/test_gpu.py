@@ -52,9 +52,6 @@ def test_paged_kernel_equals_the_reference(pool):
     torch.testing.assert_close(k.float(), k2.float(), atol=1e-2, rtol=1e-2 if pool == "bf16" else 2 ** -3)
     assert torch.equal(v.float(), v2.float()) and torch.equal(k[table[0]].float(), k2[table[0]].float())
     assert got[0].abs().max() == 0
-    # a step of few keys runs one program per unit, one of many keys one per chunk: the same chunks, the same bits
-    for wide in (0, 10 ** 6):
-        assert torch.equal(pa._launch(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6, wide), got)
 
 
 def _requests(cfg):

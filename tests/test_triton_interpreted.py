@@ -82,15 +82,13 @@ PAGED_ATTENTION = textwrap.dedent("""
     from stages import paged_attention as pa
     g = torch.Generator().manual_seed(0)
     rows, heads, kv, d = 4, 4, 2, 16
-    # 64-key pages: chunks of one page; 16-key pages: the 300-key row's chunks hold two pages (two units of one)
-    # and end mid-page; 8-key pages: the 350-key row's chunks hold three pages, in units of two and one, and its
-    # last chunk only the first unit
-    for page, pages, per_row in ((64, 24, 5), (16, 96, 20), (8, 200, 45)):
+    # 64-key pages: spans of one page; 16-key pages: the 300-key row's spans hold two pages and end mid-page
+    for page, pages, per_row in ((64, 24, 5), (16, 96, 20)):
         qkv = torch.randn(rows, (heads + 2 * kv) * d, generator=g)
         q_norm, k_norm = (1 + 0.1 * torch.randn(d, generator=g) for _ in range(2))
         k, v = torch.randn(pages, kv, page, d, generator=g), torch.randn(pages, kv, page, d, generator=g)
         table = (torch.randperm(pages - 1, generator=g)[:rows * per_row] + 1).int().reshape(rows, per_row)
-        lens = torch.tensor([0, 1, 129, 350 if page == 8 else 300], dtype=torch.int32)   # idle, the new key only, …
+        lens = torch.tensor([0, 1, 129, 300], dtype=torch.int32)      # idle, only the new key, 2 and 5 pages
         angles = (lens.clamp(min=1) - 1).float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)
         cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
         k2, v2 = k.clone(), v.clone()
@@ -99,9 +97,6 @@ PAGED_ATTENTION = textwrap.dedent("""
         assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()
         assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2)      # the cache write (keys normalised, rotated)
         assert got[0].abs().max() == 0                                  # the idle row
-        # one program per unit (a wide step) or per chunk: the same chunks, so the same bits
-        for wide in (0, 10 ** 6):
-            assert torch.equal(pa._launch(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6, wide), got)
     print("ok")
 """)
 
@@ -119,7 +114,7 @@ FP8_ATTENTION = PAGED_ATTENTION.replace(
     "assert torch.equal(k.float(), k2.float())").replace(
     # … and the 16-key pages' random keys hit such a carry: only the 64-key case here; multi-page spans over an
     # e4m3 cache are compared on the GPU
-    "((64, 24, 5), (16, 96, 20), (8, 200, 45))", "((64, 24, 5),)")
+    "((64, 24, 5), (16, 96, 20))", "((64, 24, 5),)")
 
 
 PICK = textwrap.dedent("""
