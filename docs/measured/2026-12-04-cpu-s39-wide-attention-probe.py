@@ -1,14 +1,14 @@
 """Attention whose bits do not depend on how a row's keys are spread over programs (2026-12-04, session s39;
 written on the CPU box, checked there under Triton's interpreter).
 Why: `…-s39-attention-programs-probe.py` measured 32 spans per row 0.13 ms faster than 16 at one semantic row of
-7,680 keys and 0.1 ms slower at 24 such rows, and a row's spans may not follow the batch. The kernels in the tree
-cut each of a row's (at most 16) chunks into at most `paged_attention.SPLIT` units, sum a unit a page at a time
-(online softmax), and fold a chunk's units in a fixed order with operations spelt out, so a chunk's bits are the
+7,680 keys and 0.1 ms slower at 24 such rows, and a row's spans may not follow the batch. The kernels of commit
+9de110f (reverted in the next; run this probe at that commit) cut each of a row's (at most 16) chunks into at most
+`paged_attention.SPLIT` units, sum a unit a page at a time (online softmax), and fold a chunk's units in a fixed order with operations spelt out, so a chunk's bits are the
 same whether one program folds it or the merge kernel folds it from units other programs stored: a step with few
 units in all (`WIDE_UP_TO`) runs one program per unit, a step with many one per chunk, as before. Variants, each
 an AREngine with CUDA graphs built, measured and freed in turn (ms per step, two rounds): the kernels of commit
 c64449a (online softmax over spans, from `.gpu/old_pat.py` and `.gpu/old_launch.py`, written from `git show`
-before the run); the tree's with SPLIT 2 and WIDE_UP_TO 0 (never wide: what the folds cost), 32 (one row of
+before the run); 9de110f's with SPLIT 2 and WIDE_UP_TO 0 (never wide: what the folds cost), 32 (one row of
 7,680 keys: 30 units), 64 and 128; SPLIT 4 up to 128. (A first version, units of one or two pages whatever the
 row's length and the merge folding up to 16 or 8 units per chunk, was slower everywhere it was wide:
 `…-s39-wide-attention-units.log`; that kernel was not kept.)
