@@ -27,8 +27,7 @@ from .kv_cache import to_pool
 from .transformer import Dims, qk_norm_rope, split_heads
 
 PROGRAMS = 16        # programs (spans) per (row, KV head): short rows spread over several, long rows over no more
-STAGES = 6           # pages in flight per program (the span loop's pipeline; docs/ar-engine.md: 6 measured best)
-STAGE_BYTES = 192 * 1024    # … as far as their keys and values fit in this much shared memory
+STAGES = 6           # the span loop's pipeline depth (docs/ar-engine.md: 6 measured best, the same bits as 2)
 
 
 def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
@@ -86,7 +85,7 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
-        STAGES=max(2, min(STAGES, STAGE_BYTES // (2 * page * d * k_pool.element_size()))), **common)
+        STAGES=STAGES, **common)
     merge_and_store[(rows, heads)](
         qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),

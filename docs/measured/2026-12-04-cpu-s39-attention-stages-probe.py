@@ -1,9 +1,10 @@
-"""Pages in flight per split-KV program at few rows (2026-12-04, session s39; written on the CPU box).
+"""The split-KV page loop's pipeline depth at few rows (2026-12-04, session s39; written on the CPU box).
 Why: at one semantic row of 7,680 keys the split kernel runs 8 KV heads × 15 spans of 8 pages, one program each
-(120 programs on 132 SMs), and each program keeps `paged_attention.STAGES` = 2 pages in flight; 32 spans per row
+(120 programs on 132 SMs), its page loop pipelined `paged_attention.STAGES` = 2 deep; 32 spans per row
 were 0.13 ms a step faster there (`…-s39-attention-programs.log`), but a row's spans set its bits and cost 1.5 % at
 24 rows. The pipeline depth does not change a single sum (the same pages in the same order), so it is free to
-choose: here 16 spans with 2 (as it is), 3, 4 and 6 pages in flight, and 32 spans with 2 beside them. Each an
+choose: here 16 spans with depth 2 (as it is), 3, 4 and 6, and 32 spans with 2 beside them. (Compiled for sm_90
+afterwards, the depth turned out to pipeline only the block-table reads: docs/benchmarks.md, tenth session.) Each an
 AREngine with CUDA graphs, built, measured and freed in turn; ms per step, two rounds.
 Run from the repository root after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
 python docs/measured/2026-12-04-cpu-s39-attention-stages-probe.py"""
