@@ -3,8 +3,9 @@ written on the CPU box, checked there under Triton's interpreter).
 Why: `…-s39-attention-programs-probe.py` measured 32 spans per row 0.13 ms faster than 16 at one semantic row of
 7,680 keys and 0.1 ms slower at 24 such rows, and a row's spans may not follow the batch. The kernels of commit
 9de110f (reverted in the next; run this probe at that commit) cut each of a row's (at most 16) chunks into at most
-`paged_attention.SPLIT` units, sum a unit a page at a time (online softmax), and fold a chunk's units in a fixed order with operations spelt out, so a chunk's bits are the
-same whether one program folds it or the merge kernel folds it from units other programs stored: a step with few
+`paged_attention.SPLIT` units, sum a unit a page at a time (online softmax), and fold a chunk's units in a fixed
+order with operations spelt out, so a chunk's bits are the same whether one program folds it or the merge kernel
+folds it from units other programs stored: a step with few
 units in all (`WIDE_UP_TO`) runs one program per unit, a step with many one per chunk, as before. Variants, each
 an AREngine with CUDA graphs built, measured and freed in turn (ms per step, two rounds): the kernels of commit
 c64449a (online softmax over spans, from `.gpu/old_pat.py` and `.gpu/old_launch.py`, written from `git show`
