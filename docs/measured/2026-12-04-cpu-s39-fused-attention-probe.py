@@ -240,7 +240,8 @@ def check(device, dtype, cases, tol) -> None:
             want = pa.reference(*x[:5], k2, v2, *x[7:], 1e-6)
             err = (out.float() - want.float()).abs().max().item()
             assert err <= tol, (mode, lens, err)
-            assert torch.equal(x[6].float(), v2.float()) and (x[5].float() - k2.float()).abs().max() <= 1e-2
+            kerr = (x[5].float() - k2.float()).abs().max().item()   # the new key: norm and RoPE, one BF16 ulp apart
+            assert torch.equal(x[6].float(), v2.float()) and kerr <= tol, (mode, kerr)
             assert out[lens.index(0)].abs().max() == 0                      # the idle row
             assert torch.equal(run(*x, 1e-6), out), mode                    # again (the counters were reset)
             r = max(range(rows), key=lambda i: lens[i])                     # the longest row, alone in the step
