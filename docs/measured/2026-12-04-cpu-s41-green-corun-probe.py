@@ -1,0 +1,266 @@
+"""Prepared on a CPU box (2026-12-04, session s41) for the GPU: can the album's AR stages and its acoustic stage
+share one H200 if each gets SMs of its own (CUDA green contexts), at the album's row counts?
+
+Why: on one card the farm keeps AR and acoustic apart, because beside the acoustic stage the AR step runs 5-6x
+slower (the co-runs of 2026-11-30 and 2026-12-03 at 6 plan rows; docs/benchmarks.md), so a 12-track album is the
+AR part and then twelve acoustic calls (~35 + ~54 s). The green-context run of 2026-12-01 split the SMs with
+torch's `make_current` API and found at most 1.17 cards' worth together, but it could not say whether the AR
+step's CUDA graphs ran inside their partition (AR "alone in 16 SMs" kept 98 % of its rate). This probe:
+1. makes two green contexts itself through the driver API (ctypes on libcuda: the SM resource split by count, one
+   green context per part, a non-blocking stream in each), independent of the torch build's wrapper;
+2. checks where work lands: a kernel that records each program's SM id, launched directly on each stream, from a
+   CUDA graph captured on an ordinary side stream and replayed on the green stream, and from a graph captured on
+   the green stream itself;
+3. measures a device copy's bandwidth alone, in the AR part, and beside the acoustic stage (plain streams, and in
+   the two parts): how much of the memory system the acoustic stage leaves;
+4. measures the AR engine (layer chain on as many programs as its part has SMs: the same ids, see
+   ChainTiling.programs) at 24 semantic rows of the reference context and 12 plan rows of 2,720, alone and beside
+   the acoustic velocity evaluation looping on the other stream: plain streams as the farm runs them, then each
+   split. Printed for each: both sides' rates alone (in their part) and together, and the cards' worth together
+   (each side's rate against its rate alone on the whole card).
+Run from the repository root on the GPU machine after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py [AR_SMS ...]"""
+import ctypes
+import sys
+import threading
+import time
+from dataclasses import replace
+
+import numpy as np
+import torch
+import triton
+import triton.language as tl
+
+sys.path.insert(0, ".")
+from farm.bench.ar import bench_request  # noqa: E402
+from stages import layer_chain  # noqa: E402
+from stages.acoustic import AcousticEngine, chunk_tokens, song_noise  # noqa: E402
+from stages.ar import AREngine  # noqa: E402
+from stages.requests import open_checkpoint  # noqa: E402
+from stages.transformer import AR, HEAD, NAR, ar_prefill, nar_kv_buffers  # noqa: E402
+from stages.weights import load_model  # noqa: E402
+
+BLOCKS = 8
+SCENARIOS = (("semantic", 24, 7680), ("plan", 12, 2720))
+RESOURCE_BYTES = 4096          # more than sizeof(CUdevResource) in any CUDA 12/13 header; one struct per buffer
+SM_COUNT_AT = 96               # CUdevResource: type (4 bytes), 92 bytes of padding, then the SM resource's count
+
+
+def log(*a) -> None:
+    print(*a, flush=True)
+
+
+class Green:
+    """Two green contexts of the device: `first` SMs and the rest, a non-blocking stream in each."""
+
+    def __init__(self, first: int):
+        cu = ctypes.CDLL("libcuda.so.1")
+
+        def ok(r, what):
+            if r != 0:
+                raise RuntimeError(f"{what}: CUresult {r}")
+
+        dev = ctypes.c_int()
+        ok(cu.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device()), "cuDeviceGet")
+        whole, part, rest = (ctypes.create_string_buffer(RESOURCE_BYTES) for _ in range(3))
+        ok(cu.cuDeviceGetDevResource(dev, whole, 1), "cuDeviceGetDevResource")        # 1: CU_DEV_RESOURCE_TYPE_SM
+        groups = ctypes.c_uint(1)
+        ok(cu.cuDevSmResourceSplitByCount(part, ctypes.byref(groups), whole, rest, 0, first),
+           "cuDevSmResourceSplitByCount")
+        self.sms = [int.from_bytes(b.raw[SM_COUNT_AT:SM_COUNT_AT + 4], "little") for b in (part, rest)]
+        self.streams = []
+        for res, priority in ((part, -5), (rest, 0)):
+            desc, ctx, stream = ctypes.c_void_p(), ctypes.c_void_p(), ctypes.c_void_p()
+            ok(cu.cuDevResourceGenerateDesc(ctypes.byref(desc), res, 1), "cuDevResourceGenerateDesc")
+            ok(cu.cuGreenCtxCreate(ctypes.byref(ctx), desc, dev, 1), "cuGreenCtxCreate")  # 1: DEFAULT_STREAM flag
+            ok(cu.cuGreenCtxStreamCreate(ctypes.byref(stream), ctx, 1, priority), "cuGreenCtxStreamCreate")
+            self.streams.append(torch.cuda.ExternalStream(stream.value))
+
+
+@triton.jit
+def _smid(OUT, SPIN: tl.constexpr):
+    at = tl.program_id(0) + tl.arange(0, 1)
+    sm = tl.inline_asm_elementwise("mov.u32 $0, %smid;", "=r,r", [at], dtype=tl.int32, is_pure=False, pack=1)
+    acc = at
+    for _ in range(SPIN):      # long enough that programs spread over every SM they may use
+        acc = acc * 1103515245 + 12345
+    tl.store(OUT + at, tl.where(acc == 7, -2, sm))
+
+
+def sms_used(stream, how: str) -> int:
+    out = torch.full((20000,), -1, dtype=torch.int32, device="cuda")
+
+    def launch():
+        _smid[(out.numel(),)](out, SPIN=2000)
+
+    if how == "direct":
+        with torch.cuda.stream(stream):
+            launch()
+    else:
+        launch()                                            # compiled outside any capture
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        capture = torch.cuda.Stream() if how == "graph from a side stream" else stream
+        with torch.cuda.graph(g, stream=capture):
+            launch()
+        out.fill_(-1)
+        torch.cuda.synchronize()
+        with torch.cuda.stream(stream):
+            g.replay()
+    torch.cuda.synchronize()
+    return len(set(out.tolist()) - {-1})
+
+
+def copy_gbs(stream, seconds: float = 0.6) -> float:
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    with torch.cuda.stream(stream):
+        dst.copy_(src)
+        stream.synchronize()
+        n, start = 0, time.perf_counter()
+        while time.perf_counter() - start < seconds:
+            for _ in range(4):
+                dst.copy_(src)
+            stream.synchronize()
+            n += 4
+        took = time.perf_counter() - start
+    return 2 * src.numel() * n / took / 1e9
+
+
+class AcousticLoop:
+    def __init__(self, v, x):
+        self.v, self.x = v, x
+
+    def ms_alone(self, stream, n: int = 8) -> float:
+        times = []
+        with torch.cuda.stream(stream), torch.inference_mode():
+            for _ in range(n):
+                start = time.perf_counter()
+                self.v(self.x, 0.5)
+                stream.synchronize()
+                times.append(time.perf_counter() - start)
+        return float(np.median(times)) * 1e3
+
+    def beside(self, stream, fn):
+        stop, times = threading.Event(), []
+
+        def loop():
+            with torch.cuda.stream(stream), torch.inference_mode():
+                while not stop.is_set():
+                    start = time.perf_counter()
+                    self.v(self.x, 0.5)
+                    stream.synchronize()
+                    times.append(time.perf_counter() - start)
+
+        worker = threading.Thread(target=loop)
+        worker.start()
+        time.sleep(0.4)
+        try:
+            result = fn()
+        finally:
+            stop.set()
+            worker.join()
+        return result, float(np.median(times)) * 1e3
+
+
+def ar_ms(engine, cfg, stream, kind: str, rows: int, ctx: int, tag: str) -> float:
+    with torch.cuda.stream(stream), torch.inference_mode():
+        for i in range(rows):
+            engine.admit(bench_request(cfg, f"{tag}-{kind}-{i}", ctx, kind, (BLOCKS + 1) * engine.block, seed=i))
+        engine.step()
+        stream.synchronize()
+        start = time.perf_counter()
+        for _ in range(BLOCKS):
+            engine.step()
+        stream.synchronize()
+        assert not engine.live
+        return (time.perf_counter() - start) / (BLOCKS * engine.block) * 1e3
+
+
+def main() -> None:
+    splits = [int(a) for a in sys.argv[1:]] or [40, 64, 88]
+    log(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
+        f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs")
+    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)   # as farm/workers.py
+    torch.zeros(1, device="cuda")
+
+    # 1-2. where work lands
+    green = {s: Green(s) for s in splits}
+    for s, g in green.items():
+        for i, (name, stream) in enumerate(zip(("AR part", "acoustic part"), g.streams)):
+            counts = [sms_used(stream, how) for how in ("direct", "graph from a side stream", "graph on it")]
+            log(f"split {s}: {name} has {g.sms[i]} SMs by its resource; programs landed on {counts[0]} SMs "
+                f"launched directly, {counts[1]} from a graph captured on a side stream, {counts[2]} from a graph "
+                f"captured on the green stream")
+            g.sms[i] = min(g.sms[i], counts[0]) or counts[0]    # the chain's programs must all fit in the part
+    log(f"plain stream: {sms_used(plain_ar, 'direct')} SMs")
+
+    # the acoustic stage's reference chunk, as `farm bench acoustic` and the s31 co-run probe
+    ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
+    cfg = ckpt.cfg
+    net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
+    acoustic = AcousticEngine(net, cfg.tokens)
+    prefix_tokens, frames = 5000, 5371
+    rng = np.random.default_rng(0)
+    prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, prefix_tokens)]
+    ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, frames).astype(np.int32), 0, frames, cfg.tokens)
+    with torch.inference_mode():
+        _, kv = ar_prefill(net, torch.tensor(ids, device="cuda"))
+        buffers = nar_kv_buffers(kv, len(ids), frames + 2)
+        del kv
+        x = song_noise(frames, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
+        with torch.cuda.stream(plain_ac):
+            v = acoustic.evaluator(len(ids), len(ids), buffers)
+            v(x, 0.5)
+            v(x, 0.5)
+        torch.cuda.synchronize()
+    ac = AcousticLoop(v, x)
+    ac_full = ac.ms_alone(plain_ac)
+    log(f"acoustic alone, whole card: {ac_full:.2f} ms per evaluation ({len(ids)} AR tokens, {frames} frames, "
+        f"attention {getattr(acoustic, 'attention', '?')})")
+
+    # 3. the memory system
+    bw_full = copy_gbs(plain_ar)
+    bw_beside, ac_b = ac.beside(plain_ac, lambda: copy_gbs(plain_ar))
+    log(f"copy alone, whole card: {bw_full:.0f} GB/s; beside the acoustic stage (plain streams): {bw_beside:.0f} "
+        f"GB/s, acoustic {ac_b:.2f} ms")
+    for s, g in green.items():
+        part = copy_gbs(g.streams[0])
+        beside, ac_b = ac.beside(g.streams[1], lambda: copy_gbs(g.streams[0]))
+        log(f"split {s}: copy in the AR part alone {part:.0f} GB/s, beside the acoustic stage in its part "
+            f"{beside:.0f} GB/s, acoustic {ac_b:.2f} ms")
+
+    # 4. the AR engine beside the acoustic stage
+    landed = layer_chain.TILING
+    kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in SCENARIOS)
+    full = {}
+    configs = [("plain streams", None, plain_ar, plain_ac, None)]
+    configs += [(f"split {s}", g.sms[0], g.streams[0], g.streams[1], g.sms[1]) for s, g in green.items()]
+    for name, programs, ar_stream, ac_stream, ac_sms in configs:
+        try:
+            layer_chain.TILING = replace(landed, programs=programs)
+            with torch.cuda.stream(ar_stream):
+                engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
+            torch.cuda.synchronize()
+            ac_alone = ac.ms_alone(ac_stream)
+            for kind, rows, ctx in SCENARIOS:
+                alone = ar_ms(engine, cfg, ar_stream, kind, rows, ctx, f"{name}-alone")
+                full.setdefault(kind, alone)
+                together, ac_t = ac.beside(ac_stream, lambda: ar_ms(engine, cfg, ar_stream, kind, rows, ctx,
+                                                                     f"{name}-beside"))
+                log(f"{name} (AR {programs or 'all'} SMs, acoustic {ac_sms or 'all'}): {kind} {rows} rows x {ctx}: "
+                    f"AR {alone:.3f} ms/step alone in its part, {together:.3f} beside; acoustic {ac_alone:.2f} ms "
+                    f"alone in its part, {ac_t:.2f} beside; together {full[kind] / together:.2f} + "
+                    f"{ac_full / ac_t:.2f} = {full[kind] / together + ac_full / ac_t:.2f} cards' worth "
+                    f"(against each alone on the whole card); chain timeouts {int(engine.chain_state[0])}")
+            del engine
+            torch.cuda.empty_cache()
+        except Exception as e:      # one split's failure must not lose the others' lines
+            log(f"{name}: failed: {type(e).__name__}: {e}")
+    layer_chain.TILING = landed
+    torch.cuda.synchronize()
+    log("done")
+
+
+if __name__ == "__main__":
+    main()
