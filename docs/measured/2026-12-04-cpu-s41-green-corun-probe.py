@@ -11,15 +11,18 @@ step's CUDA graphs ran inside their partition (AR "alone in 16 SMs" kept 98 % of
 2. checks where work lands: a kernel that records each program's SM id, launched directly on each stream, from a
    CUDA graph captured on an ordinary side stream and replayed on the green stream, and from a graph captured on
    the green stream itself;
-3. measures a device copy's bandwidth alone, in the AR part, and beside the acoustic stage (plain streams, and in
-   the two parts): how much of the memory system the acoustic stage leaves;
-4. measures the AR engine (layer chain on as many programs as its part has SMs: the same ids, see
-   ChainTiling.programs) at 24 semantic rows of the reference context and 12 plan rows of 2,720, alone and beside
-   the acoustic velocity evaluation looping on the other stream: plain streams as the farm runs them, then each
-   split. Printed for each: both sides' rates alone (in their part) and together, and the cards' worth together
-   (each side's rate against its rate alone on the whole card).
+3. with every CUDA graph captured on the green stream it will run on (the only way a graph stays in its part, as
+   the first run showed): the acoustic velocity evaluation and a device copy in their parts, alone and side by
+   side (how much of the memory system the acoustic stage leaves);
+4. the AR engine (layer chain on as many programs as its part has SMs: the same ids, see ChainTiling.programs) at
+   24 semantic rows of the reference context and 12 plan rows of 2,720, alone in its part and beside the acoustic
+   evaluation looping in the other. Printed for each split: both sides' rates against each alone on the whole card,
+   and their sum (the cards' worth of work the two do together).
+The first run (the version of commit 7e5db2d) captured the engines' graphs on side streams, so only its copy lines
+and where-work-lands lines were confined; its co-run lines measured the chain on fewer programs, unconfined.
 Run from the repository root on the GPU machine after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
 python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py [AR_SMS ...]"""
+import contextlib
 import ctypes
 import sys
 import threading
@@ -127,6 +130,21 @@ def copy_gbs(stream, seconds: float = 0.6) -> float:
     return 2 * src.numel() * n / took / 1e9
 
 
+@contextlib.contextmanager
+def captured_on(stream):
+    """CUDA graphs made inside run on the SMs of `stream`'s green context: only a graph captured on a green stream
+    stays in its part when replayed (the first run of this probe: one captured on an ordinary side stream and
+    replayed on a green stream used all 132 SMs). The engines capture on streams of their own, so both ways they
+    get one are pointed at `stream` meanwhile."""
+    default, make = torch.cuda.graph.default_capture_stream, torch.cuda.Stream
+    torch.cuda.graph.default_capture_stream = stream
+    torch.cuda.Stream = lambda *a, **k: stream
+    try:
+        yield
+    finally:
+        torch.cuda.graph.default_capture_stream, torch.cuda.Stream = default, make
+
+
 class AcousticLoop:
     def __init__(self, v, x):
         self.v, self.x = v, x
@@ -209,51 +227,54 @@ def main() -> None:
         buffers = nar_kv_buffers(kv, len(ids), frames + 2)
         del kv
         x = song_noise(frames, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
-        with torch.cuda.stream(plain_ac):
+
+    def evaluator(stream):
+        with torch.cuda.stream(stream), torch.inference_mode(), captured_on(stream):
             v = acoustic.evaluator(len(ids), len(ids), buffers)
             v(x, 0.5)
-            v(x, 0.5)
+            v(x, 0.5)                       # captured here
         torch.cuda.synchronize()
-    ac = AcousticLoop(v, x)
-    ac_full = ac.ms_alone(plain_ac)
-    log(f"acoustic alone, whole card: {ac_full:.2f} ms per evaluation ({len(ids)} AR tokens, {frames} frames, "
-        f"attention {getattr(acoustic, 'attention', '?')})")
+        return AcousticLoop(v, x)
 
-    # 3. the memory system
-    bw_full = copy_gbs(plain_ar)
-    bw_beside, ac_b = ac.beside(plain_ac, lambda: copy_gbs(plain_ar))
-    log(f"copy alone, whole card: {bw_full:.0f} GB/s; beside the acoustic stage (plain streams): {bw_beside:.0f} "
-        f"GB/s, acoustic {ac_b:.2f} ms")
-    for s, g in green.items():
-        part = copy_gbs(g.streams[0])
-        beside, ac_b = ac.beside(g.streams[1], lambda: copy_gbs(g.streams[0]))
-        log(f"split {s}: copy in the AR part alone {part:.0f} GB/s, beside the acoustic stage in its part "
-            f"{beside:.0f} GB/s, acoustic {ac_b:.2f} ms")
+    def ar_engine(stream, programs):
+        layer_chain.TILING = replace(landed, programs=programs)
+        with torch.cuda.stream(stream), captured_on(stream):
+            engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
+        torch.cuda.synchronize()
+        return engine
 
-    # 4. the AR engine beside the acoustic stage
     landed = layer_chain.TILING
     kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in SCENARIOS)
-    full = {}
-    configs = [("plain streams", None, plain_ar, plain_ac, None)]
-    configs += [(f"split {s}", g.sms[0], g.streams[0], g.streams[1], g.sms[1]) for s, g in green.items()]
-    for name, programs, ar_stream, ac_stream, ac_sms in configs:
+    ac = evaluator(plain_ac)
+    ac_full = ac.ms_alone(plain_ac)
+    bw_full = copy_gbs(plain_ar)
+    log(f"whole card: acoustic {ac_full:.2f} ms per evaluation ({len(ids)} AR tokens, {frames} frames), copy "
+        f"{bw_full:.0f} GB/s")
+    engine = ar_engine(plain_ar, None)
+    full = {kind: ar_ms(engine, cfg, plain_ar, kind, rows, ctx, "full") for kind, rows, ctx in SCENARIOS}
+    log("whole card, AR alone: " + ", ".join(f"{kind} {rows} rows x {ctx} {full[kind]:.3f} ms/step"
+                                             for kind, rows, ctx in SCENARIOS))
+    del engine, ac
+    torch.cuda.empty_cache()
+    for s, g in green.items():
+        name = f"split {s} (AR {g.sms[0]} SMs, acoustic {g.sms[1]})"
         try:
-            layer_chain.TILING = replace(landed, programs=programs)
-            with torch.cuda.stream(ar_stream):
-                engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
-            torch.cuda.synchronize()
-            ac_alone = ac.ms_alone(ac_stream)
+            ac = evaluator(g.streams[1])
+            ac_alone = ac.ms_alone(g.streams[1])
+            bw = copy_gbs(g.streams[0])
+            bw_beside, ac_b = ac.beside(g.streams[1], lambda: copy_gbs(g.streams[0]))
+            log(f"{name}: acoustic alone in its part {ac_alone:.2f} ms; copy in the AR part alone {bw:.0f} GB/s, "
+                f"beside the acoustic stage {bw_beside:.0f} GB/s (acoustic {ac_b:.2f} ms)")
+            engine = ar_engine(g.streams[0], g.sms[0])
             for kind, rows, ctx in SCENARIOS:
-                alone = ar_ms(engine, cfg, ar_stream, kind, rows, ctx, f"{name}-alone")
-                full.setdefault(kind, alone)
-                together, ac_t = ac.beside(ac_stream, lambda: ar_ms(engine, cfg, ar_stream, kind, rows, ctx,
-                                                                     f"{name}-beside"))
-                log(f"{name} (AR {programs or 'all'} SMs, acoustic {ac_sms or 'all'}): {kind} {rows} rows x {ctx}: "
-                    f"AR {alone:.3f} ms/step alone in its part, {together:.3f} beside; acoustic {ac_alone:.2f} ms "
-                    f"alone in its part, {ac_t:.2f} beside; together {full[kind] / together:.2f} + "
-                    f"{ac_full / ac_t:.2f} = {full[kind] / together + ac_full / ac_t:.2f} cards' worth "
-                    f"(against each alone on the whole card); chain timeouts {int(engine.chain_state[0])}")
-            del engine
+                alone = ar_ms(engine, cfg, g.streams[0], kind, rows, ctx, f"{name}-alone")
+                together, ac_t = ac.beside(g.streams[1], lambda: ar_ms(engine, cfg, g.streams[0], kind, rows, ctx,
+                                                                        f"{name}-beside"))
+                log(f"{name}: {kind} {rows} rows x {ctx}: AR {alone:.3f} ms/step alone in its part, {together:.3f} "
+                    f"beside; acoustic {ac_t:.2f} ms beside; together {full[kind] / together:.2f} + "
+                    f"{ac_full / ac_t:.2f} = {full[kind] / together + ac_full / ac_t:.2f} cards' worth (against "
+                    f"each alone on the whole card); chain timeouts {int(engine.chain_state[0])}")
+            del engine, ac
             torch.cuda.empty_cache()
         except Exception as e:      # one split's failure must not lose the others' lines
             log(f"{name}: failed: {type(e).__name__}: {e}")
