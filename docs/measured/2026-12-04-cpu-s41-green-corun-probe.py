@@ -21,7 +21,10 @@ step's CUDA graphs ran inside their partition (AR "alone in 16 SMs" kept 98 % of
 The first run (the version of commit 7e5db2d) captured the engines' graphs on side streams, so only its copy lines
 and where-work-lands lines were confined; its co-run lines measured the chain on fewer programs, unconfined.
 Run from the repository root on the GPU machine after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
-python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py [AR_SMS ...]"""
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py [AR_SMS ...]
+or, no green contexts (plain streams as a farm worker uses them, graphs captured as the engines capture them), the
+chain on each of PROGRAMS programs, alone and beside the acoustic stage:
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --sweep PROGRAMS ..."""
 import contextlib
 import ctypes
 import sys
@@ -195,7 +198,56 @@ def ar_ms(engine, cfg, stream, kind: str, rows: int, ctx: int, tag: str) -> floa
         return (time.perf_counter() - start) / (BLOCKS * engine.block) * 1e3
 
 
+def sweep(programs: list[int]) -> None:
+    """The chain on fewer programs than SMs, on plain streams: its programs need only that many SMs free at once,
+    and the rest stay the acoustic stage's (the first run's unconfined lines)."""
+    scenarios = SCENARIOS + (("semantic", 2, 7680),)
+    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
+    ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
+    cfg = ckpt.cfg
+    net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
+    acoustic = AcousticEngine(net, cfg.tokens)
+    rng = np.random.default_rng(0)
+    prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000)]
+    ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, 5371).astype(np.int32), 0, 5371, cfg.tokens)
+    with torch.inference_mode():
+        _, kv = ar_prefill(net, torch.tensor(ids, device="cuda"))
+        buffers = nar_kv_buffers(kv, len(ids), 5371 + 2)
+        del kv
+        x = song_noise(5371, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
+        with torch.cuda.stream(plain_ac):
+            v = acoustic.evaluator(len(ids), len(ids), buffers)
+            v(x, 0.5)
+            v(x, 0.5)
+    torch.cuda.synchronize()
+    ac = AcousticLoop(v, x)
+    ac_full = ac.ms_alone(plain_ac)
+    log(f"acoustic alone: {ac_full:.2f} ms per evaluation")
+    landed = layer_chain.TILING
+    kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in scenarios)
+    full = {}
+    for p in programs:
+        layer_chain.TILING = replace(landed, programs=None if p >= 132 else p)
+        with torch.cuda.stream(plain_ar):
+            engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
+        torch.cuda.synchronize()
+        for kind, rows, ctx in scenarios:
+            alone = ar_ms(engine, cfg, plain_ar, kind, rows, ctx, f"{p}-alone")
+            full.setdefault((kind, rows), alone)
+            together, ac_t = ac.beside(plain_ac, lambda: ar_ms(engine, cfg, plain_ar, kind, rows, ctx, f"{p}-beside"))
+            log(f"chain on {p} programs: {kind} {rows} rows x {ctx}: AR {alone:.3f} ms/step alone, {together:.3f} "
+                f"beside; acoustic {ac_t:.2f} ms beside; together {full[kind, rows] / together:.2f} + "
+                f"{ac_full / ac_t:.2f} = {full[kind, rows] / together + ac_full / ac_t:.2f} cards' worth (against "
+                f"each alone with the chain on every SM); chain timeouts {int(engine.chain_state[0])}")
+        del engine
+        torch.cuda.empty_cache()
+    layer_chain.TILING = landed
+    log("done")
+
+
 def main() -> None:
+    if "--sweep" in sys.argv:
+        return sweep([int(a) for a in sys.argv[sys.argv.index("--sweep") + 1:]])
     splits = [int(a) for a in sys.argv[1:]] or [40, 64, 88]
     log(f"torch {torch.__version__}, {torch.cuda.get_device_name()}, "
         f"{torch.cuda.get_device_properties(0).multi_processor_count} SMs")
