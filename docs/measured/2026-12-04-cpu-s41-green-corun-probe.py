@@ -24,7 +24,9 @@ Run from the repository root on the GPU machine after `farm init-checkpoint out/
 python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py [AR_SMS ...]
 or, no green contexts (plain streams as a farm worker uses them, graphs captured as the engines capture them), the
 chain on each of PROGRAMS programs, alone and beside the acoustic stage:
-python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --sweep PROGRAMS ..."""
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --sweep PROGRAMS ...
+or each stage replaying on a green context's stream of its own, graphs captured as the engines capture them:
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --contexts"""
 import contextlib
 import ctypes
 import sys
@@ -59,7 +61,8 @@ def log(*a) -> None:
 class Green:
     """Two green contexts of the device: `first` SMs and the rest, a non-blocking stream in each."""
 
-    def __init__(self, first: int):
+    def __init__(self, first: int | None):
+        """`first` None: two green contexts that each hold every SM (contexts of their own, nothing confined)."""
         cu = ctypes.CDLL("libcuda.so.1")
 
         def ok(r, what):
@@ -70,9 +73,12 @@ class Green:
         ok(cu.cuDeviceGet(ctypes.byref(dev), torch.cuda.current_device()), "cuDeviceGet")
         whole, part, rest = (ctypes.create_string_buffer(RESOURCE_BYTES) for _ in range(3))
         ok(cu.cuDeviceGetDevResource(dev, whole, 1), "cuDeviceGetDevResource")        # 1: CU_DEV_RESOURCE_TYPE_SM
-        groups = ctypes.c_uint(1)
-        ok(cu.cuDevSmResourceSplitByCount(part, ctypes.byref(groups), whole, rest, 0, first),
-           "cuDevSmResourceSplitByCount")
+        if first is None:
+            part, rest = whole, whole
+        else:
+            groups = ctypes.c_uint(1)
+            ok(cu.cuDevSmResourceSplitByCount(part, ctypes.byref(groups), whole, rest, 0, first),
+               "cuDevSmResourceSplitByCount")
         self.sms = [int.from_bytes(b.raw[SM_COUNT_AT:SM_COUNT_AT + 4], "little") for b in (part, rest)]
         self.streams = []
         for res, priority in ((part, -5), (rest, 0)):
@@ -245,7 +251,66 @@ def sweep(programs: list[int]) -> None:
     log("done")
 
 
+def contexts() -> None:
+    """The first run's way again, and with nothing split: each stage's graphs captured as the engines capture them
+    (on side streams: they use every SM), replayed on a stream of a green context of its own."""
+    scenarios = SCENARIOS + (("semantic", 2, 7680),)
+    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
+    torch.zeros(1, device="cuda")
+    ways = [("plain streams", None, (plain_ar, plain_ac)), ("two whole-card green contexts", None, None),
+            ("two whole-card green contexts, chain on 40", 40, None), ("split 40 / 92, chain on 40", 40, 40),
+            ("split 64 / 68, chain on 64", 64, 64)]
+    ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
+    cfg = ckpt.cfg
+    net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
+    acoustic = AcousticEngine(net, cfg.tokens)
+    rng = np.random.default_rng(0)
+    prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000)]
+    ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, 5371).astype(np.int32), 0, 5371, cfg.tokens)
+    with torch.inference_mode():
+        _, kv = ar_prefill(net, torch.tensor(ids, device="cuda"))
+        buffers = nar_kv_buffers(kv, len(ids), 5371 + 2)
+        del kv
+        x = song_noise(5371, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
+        with torch.cuda.stream(plain_ac):
+            v = acoustic.evaluator(len(ids), len(ids), buffers)
+            v(x, 0.5)
+            v(x, 0.5)
+    torch.cuda.synchronize()
+    ac = AcousticLoop(v, x)
+    ac_full = ac.ms_alone(plain_ac)
+    log(f"acoustic alone: {ac_full:.2f} ms per evaluation")
+    landed = layer_chain.TILING
+    kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in scenarios)
+    full = {}
+    for name, programs, split in ways:
+        try:
+            streams = split if isinstance(split, tuple) else Green(split).streams
+            layer_chain.TILING = replace(landed, programs=programs)
+            with torch.cuda.stream(streams[0]):
+                engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
+            torch.cuda.synchronize()
+            ac_alone = ac.ms_alone(streams[1])
+            for kind, rows, ctx in scenarios:
+                alone = ar_ms(engine, cfg, streams[0], kind, rows, ctx, f"{name}-alone")
+                full.setdefault((kind, rows), alone)
+                together, ac_t = ac.beside(streams[1], lambda: ar_ms(engine, cfg, streams[0], kind, rows, ctx,
+                                                                      f"{name}-beside"))
+                log(f"{name}: {kind} {rows} rows x {ctx}: AR {alone:.3f} ms/step alone, {together:.3f} beside; "
+                    f"acoustic {ac_alone:.2f} ms alone, {ac_t:.2f} beside; together {full[kind, rows] / together:.2f}"
+                    f" + {ac_full / ac_t:.2f} = {full[kind, rows] / together + ac_full / ac_t:.2f} cards' worth; "
+                    f"chain timeouts {int(engine.chain_state[0])}")
+            del engine
+            torch.cuda.empty_cache()
+        except Exception as e:
+            log(f"{name}: failed: {type(e).__name__}: {e}")
+    layer_chain.TILING = landed
+    log("done")
+
+
 def main() -> None:
+    if "--contexts" in sys.argv:
+        return contexts()
     if "--sweep" in sys.argv:
         return sweep([int(a) for a in sys.argv[sys.argv.index("--sweep") + 1:]])
     splits = [int(a) for a in sys.argv[1:]] or [40, 64, 88]
