@@ -26,7 +26,7 @@ or, no green contexts (plain streams as a farm worker uses them, graphs captured
 chain on each of PROGRAMS programs, alone and beside the acoustic stage:
 python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --sweep PROGRAMS ...
 or each stage replaying on a green context's stream of its own, graphs captured as the engines capture them:
-python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --contexts"""
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --contexts [--sides]"""
 import contextlib
 import ctypes
 import sys
@@ -260,6 +260,12 @@ def contexts() -> None:
     ways = [("plain streams", None, (plain_ar, plain_ac)), ("two whole-card green contexts", None, None),
             ("two whole-card green contexts, chain on 40", 40, None), ("split 40 / 92, chain on 40", 40, 40),
             ("split 64 / 68, chain on 64", 64, 64)]
+    if "--sides" in sys.argv:       # which side's green context does it: each alone, then both again
+        g = Green(40).streams
+        ways = [("AR plain, acoustic in the 92-SM context, chain on 40", 40, (plain_ar, g[1])),
+                ("AR in the 40-SM context, acoustic plain, chain on 40", 40, (g[0], plain_ac)),
+                ("split 40 / 92, chain on 40", 40, (g[0], g[1])),
+                ("AR plain, acoustic in the 92-SM context, chain on every SM", None, (plain_ar, g[1]))]
     ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
     cfg = ckpt.cfg
     net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
