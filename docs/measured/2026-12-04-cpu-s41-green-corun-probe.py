@@ -26,7 +26,9 @@ or, no green contexts (plain streams as a farm worker uses them, graphs captured
 chain on each of PROGRAMS programs, alone and beside the acoustic stage:
 python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --sweep PROGRAMS ...
 or each stage replaying on a green context's stream of its own, graphs captured as the engines capture them:
-python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --contexts [--sides]"""
+python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --contexts [--sides | --ar-contexts]
+(in --sides the cards' worth is counted against the first way's AR alone, the chain on 40: recount it against the
+whole card's figures of the other runs)"""
 import contextlib
 import ctypes
 import sys
@@ -266,6 +268,11 @@ def contexts() -> None:
                 ("AR in the 40-SM context, acoustic plain, chain on 40", 40, (g[0], plain_ac)),
                 ("split 40 / 92, chain on 40", 40, (g[0], g[1])),
                 ("AR plain, acoustic in the 92-SM context, chain on every SM", None, (plain_ar, g[1]))]
+    if "--ar-contexts" in sys.argv:     # the AR side's context alone, with the chain on all or fewer programs
+        ways = [("plain streams", None, (plain_ar, plain_ac)),
+                ("AR in a 64-SM context, chain on 64", 64, (Green(64).streams[0], plain_ac)),
+                ("AR in a 96-SM context, chain on every SM", None, (Green(96).streams[0], plain_ac)),
+                ("AR in a 40-SM context, chain on every SM", None, (Green(40).streams[0], plain_ac))]
     ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
     cfg = ckpt.cfg
     net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
