@@ -29,7 +29,7 @@ from dataclasses import dataclass
 import numpy as np
 import ray
 
-from . import artifacts, green_context, logs, trackstore
+from . import artifacts, logs, trackstore
 from .jobs import AcousticOutput, FromStore, PlanOutput, SemanticOutput, StageEvent, TrackJob
 from .store import Store
 
@@ -73,18 +73,12 @@ class WorkerSpec:
     ar_format: str = "bf16"            # AR: the step's weights (the checkpoint's format when there is one)
 
 
-def stage_streams(torch, engines=("ar",)) -> dict:
+def stage_streams(torch) -> dict:
     """One CUDA stream per engine thread; AR's at the highest priority (a lower number is a higher priority; one
     beyond the device's range is clamped to it), so the GPU's block scheduler starts its small step kernels ahead of
     waiting acoustic and decode blocks. Priorities never pre-empt a running block: how much the AR step still
-    slows down beside the acoustic stage is for `farm bench album` on the card to say. Where the card also runs
-    the acoustic or decode stage, AR's stream belongs to a green context of its own (`green_context`: the acoustic
-    stage then keeps far more of its rate beside the AR step); YUE2_FARM_AR_CONTEXT_SMS=0 turns that off."""
-    ar = None
-    sms = int(os.environ.get("YUE2_FARM_AR_CONTEXT_SMS", green_context.SMS))
-    if sms > 0 and "ar" in engines and {"acoustic", "decode"} & set(engines):
-        ar = green_context.stream(torch, sms)
-    return {"ar": ar or torch.cuda.Stream(priority=-100), "acoustic": torch.cuda.Stream(priority=0),
+    slows down beside the acoustic stage is for `farm bench album` on the card to say."""
+    return {"ar": torch.cuda.Stream(priority=-100), "acoustic": torch.cuda.Stream(priority=0),
             "decode": torch.cuda.Stream(priority=0)}
 
 
@@ -130,14 +124,12 @@ class CardWorker:
         self.where = self._where()
         self.log_lines = logs.worker_logging(self.where["worker"])
         self.threads = {e: ThreadPoolExecutor(1, thread_name_prefix=e) for e in ("acoustic", "decode")}
-        self.streams = stage_streams(torch, spec.engines) if self.device == "cuda" else {}
+        self.streams = stage_streams(torch) if self.device == "cuda" else {}
         self._load(spec)
         if self.device == "cuda":
             torch.cuda.synchronize()       # the weights and graphs are ready before any stage stream uses them
-        green = isinstance(self.streams.get("ar"), torch.cuda.ExternalStream)
-        logs.log.info("pid %d on %s (%s): engines %s loaded%s%s", os.getpid(), self.where["gpu"], self.where["host"],
-                      ", ".join(spec.engines), f"; {self.ar_shape}" if "ar" in spec.engines else "",
-                      "; the AR stream in a green context" if green else "")
+        logs.log.info("pid %d on %s (%s): engines %s loaded%s", os.getpid(), self.where["gpu"], self.where["host"],
+                      ", ".join(spec.engines), f"; {self.ar_shape}" if "ar" in spec.engines else "")
 
     def _load(self, spec: WorkerSpec) -> None:
         """The engines this card hosts, sharing one model for the AR branch."""
