@@ -28,7 +28,10 @@ python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --sweep PROGRAMS ..
 or each stage replaying on a green context's stream of its own, graphs captured as the engines capture them:
 python docs/measured/2026-12-04-cpu-s41-green-corun-probe.py --contexts [--sides | --ar-contexts]
 (in --sides the cards' worth is counted against the first way's AR alone, the chain on 40: recount it against the
-whole card's figures of the other runs)"""
+whole card's figures of the other runs).
+The runs (logs `docs/measured/2026-12-04-h200-s41-*`) were made by the versions of this file in the commits that
+added each mode; the shared setup was then gathered into `Setup` and `unconfined`, the measurements unchanged
+(the --sweep lines now also print the acoustic stage alone on its stream)."""
 import contextlib
 import ctypes
 import sys
@@ -206,119 +209,112 @@ def ar_ms(engine, cfg, stream, kind: str, rows: int, ctx: int, tag: str) -> floa
         return (time.perf_counter() - start) / (BLOCKS * engine.block) * 1e3
 
 
-def sweep(programs: list[int]) -> None:
-    """The chain on fewer programs than SMs, on plain streams: its programs need only that many SMs free at once,
-    and the rest stay the acoustic stage's (the first run's unconfined lines)."""
-    scenarios = SCENARIOS + (("semantic", 2, 7680),)
-    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
-    ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
-    cfg = ckpt.cfg
-    net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
-    acoustic = AcousticEngine(net, cfg.tokens)
-    rng = np.random.default_rng(0)
-    prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000)]
-    ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, 5371).astype(np.int32), 0, 5371, cfg.tokens)
-    with torch.inference_mode():
-        _, kv = ar_prefill(net, torch.tensor(ids, device="cuda"))
-        buffers = nar_kv_buffers(kv, len(ids), 5371 + 2)
-        del kv
-        x = song_noise(5371, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
-        with torch.cuda.stream(plain_ac):
-            v = acoustic.evaluator(len(ids), len(ids), buffers)
-            v(x, 0.5)
-            v(x, 0.5)
-    torch.cuda.synchronize()
-    ac = AcousticLoop(v, x)
-    ac_full = ac.ms_alone(plain_ac)
-    log(f"acoustic alone: {ac_full:.2f} ms per evaluation")
-    landed = layer_chain.TILING
-    kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in scenarios)
-    full = {}
-    for p in programs:
-        layer_chain.TILING = replace(landed, programs=None if p >= 132 else p)
-        with torch.cuda.stream(plain_ar):
-            engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
+class Setup:
+    """The model, and the acoustic stage's reference chunk as `farm bench acoustic` and the s31 co-run probe build it
+    (10,372 AR tokens of prefix + codes, 5,371 frames)."""
+
+    def __init__(self, scenarios):
+        ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
+        self.cfg = cfg = ckpt.cfg
+        self.net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
+        self.engine = AcousticEngine(self.net, cfg.tokens)
+        rng = np.random.default_rng(0)
+        prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000)]
+        self.ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, 5371).astype(np.int32), 0, 5371,
+                                cfg.tokens)
+        with torch.inference_mode():
+            _, kv = ar_prefill(self.net, torch.tensor(self.ids, device="cuda"))
+            self.buffers = nar_kv_buffers(kv, len(self.ids), 5371 + 2)
+            del kv
+            self.x = song_noise(5371, cfg.model.latent_dim, 0).to(device="cuda", dtype=self.engine.dtype)
+        self.landed = layer_chain.TILING
+        self.kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in scenarios)
+
+    def acoustic(self, stream, confine: bool) -> AcousticLoop:
+        """An evaluator replaying on `stream`, its graph captured there (`confine`) or on a side stream of its own."""
+        with torch.cuda.stream(stream), torch.inference_mode(), \
+                captured_on(stream) if confine else contextlib.nullcontext():
+            v = self.engine.evaluator(len(self.ids), len(self.ids), self.buffers)
+            v(self.x, 0.5)
+            v(self.x, 0.5)                      # captured here
         torch.cuda.synchronize()
-        for kind, rows, ctx in scenarios:
-            alone = ar_ms(engine, cfg, plain_ar, kind, rows, ctx, f"{p}-alone")
-            full.setdefault((kind, rows), alone)
-            together, ac_t = ac.beside(plain_ac, lambda: ar_ms(engine, cfg, plain_ar, kind, rows, ctx, f"{p}-beside"))
-            log(f"chain on {p} programs: {kind} {rows} rows x {ctx}: AR {alone:.3f} ms/step alone, {together:.3f} "
-                f"beside; acoustic {ac_t:.2f} ms beside; together {full[kind, rows] / together:.2f} + "
-                f"{ac_full / ac_t:.2f} = {full[kind, rows] / together + ac_full / ac_t:.2f} cards' worth (against "
-                f"each alone with the chain on every SM); chain timeouts {int(engine.chain_state[0])}")
-        del engine
-        torch.cuda.empty_cache()
-    layer_chain.TILING = landed
-    log("done")
+        return AcousticLoop(v, self.x)
+
+    def ar_engine(self, stream, programs: int | None, confine: bool) -> AREngine:
+        """The engine with the chain on `programs` (None: one per SM); the tiling stays set until `restore`, as an
+        eager launch reads it too."""
+        layer_chain.TILING = replace(self.landed, programs=programs)
+        with torch.cuda.stream(stream), captured_on(stream) if confine else contextlib.nullcontext():
+            engine = AREngine(self.net, self.cfg.tokens, kv_tokens=self.kv_tokens, cuda_graphs=True, compile=True)
+        torch.cuda.synchronize()
+        return engine
+
+    def restore(self) -> None:
+        layer_chain.TILING = self.landed
 
 
-def contexts() -> None:
-    """The first run's way again, and with nothing split: each stage's graphs captured as the engines capture them
-    (on side streams: they use every SM), replayed on a stream of a green context of its own."""
+def unconfined(ways) -> None:
+    """Each way (name, the chain's programs, (AR stream, acoustic stream)): the engines' graphs captured as they
+    capture them, on side streams, and replayed on the given streams. The cards' worth is counted against the first
+    way's AR alone and the acoustic stage alone on a plain stream."""
     scenarios = SCENARIOS + (("semantic", 2, 7680),)
-    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
-    torch.zeros(1, device="cuda")
-    ways = [("plain streams", None, (plain_ar, plain_ac)), ("two whole-card green contexts", None, None),
-            ("two whole-card green contexts, chain on 40", 40, None), ("split 40 / 92, chain on 40", 40, 40),
-            ("split 64 / 68, chain on 64", 64, 64)]
-    if "--sides" in sys.argv:       # which side's green context does it: each alone, then both again
-        g = Green(40).streams
-        ways = [("AR plain, acoustic in the 92-SM context, chain on 40", 40, (plain_ar, g[1])),
-                ("AR in the 40-SM context, acoustic plain, chain on 40", 40, (g[0], plain_ac)),
-                ("split 40 / 92, chain on 40", 40, (g[0], g[1])),
-                ("AR plain, acoustic in the 92-SM context, chain on every SM", None, (plain_ar, g[1]))]
-    if "--ar-contexts" in sys.argv:     # the AR side's context alone, with the chain on all or fewer programs
-        ways = [("plain streams", None, (plain_ar, plain_ac)),
-                ("AR in a 64-SM context, chain on 64", 64, (Green(64).streams[0], plain_ac)),
-                ("AR in a 96-SM context, chain on every SM", None, (Green(96).streams[0], plain_ac)),
-                ("AR in a 40-SM context, chain on every SM", None, (Green(40).streams[0], plain_ac))]
-    ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
-    cfg = ckpt.cfg
-    net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
-    acoustic = AcousticEngine(net, cfg.tokens)
-    rng = np.random.default_rng(0)
-    prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000)]
-    ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, 5371).astype(np.int32), 0, 5371, cfg.tokens)
-    with torch.inference_mode():
-        _, kv = ar_prefill(net, torch.tensor(ids, device="cuda"))
-        buffers = nar_kv_buffers(kv, len(ids), 5371 + 2)
-        del kv
-        x = song_noise(5371, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
-        with torch.cuda.stream(plain_ac):
-            v = acoustic.evaluator(len(ids), len(ids), buffers)
-            v(x, 0.5)
-            v(x, 0.5)
-    torch.cuda.synchronize()
-    ac = AcousticLoop(v, x)
-    ac_full = ac.ms_alone(plain_ac)
+    setup = Setup(scenarios)
+    plain = torch.cuda.Stream(priority=0)
+    ac = setup.acoustic(plain, confine=False)
+    ac_full = ac.ms_alone(plain)
     log(f"acoustic alone: {ac_full:.2f} ms per evaluation")
-    landed = layer_chain.TILING
-    kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in scenarios)
     full = {}
-    for name, programs, split in ways:
+    for name, programs, (ar_stream, ac_stream) in ways:
         try:
-            streams = split if isinstance(split, tuple) else Green(split).streams
-            layer_chain.TILING = replace(landed, programs=programs)
-            with torch.cuda.stream(streams[0]):
-                engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
-            torch.cuda.synchronize()
-            ac_alone = ac.ms_alone(streams[1])
+            engine = setup.ar_engine(ar_stream, programs, confine=False)
+            ac_alone = ac.ms_alone(ac_stream)
             for kind, rows, ctx in scenarios:
-                alone = ar_ms(engine, cfg, streams[0], kind, rows, ctx, f"{name}-alone")
+                alone = ar_ms(engine, setup.cfg, ar_stream, kind, rows, ctx, f"{name}-alone")
                 full.setdefault((kind, rows), alone)
-                together, ac_t = ac.beside(streams[1], lambda: ar_ms(engine, cfg, streams[0], kind, rows, ctx,
-                                                                      f"{name}-beside"))
+                together, ac_t = ac.beside(ac_stream, lambda: ar_ms(engine, setup.cfg, ar_stream, kind, rows, ctx,
+                                                                     f"{name}-beside"))
                 log(f"{name}: {kind} {rows} rows x {ctx}: AR {alone:.3f} ms/step alone, {together:.3f} beside; "
                     f"acoustic {ac_alone:.2f} ms alone, {ac_t:.2f} beside; together {full[kind, rows] / together:.2f}"
                     f" + {ac_full / ac_t:.2f} = {full[kind, rows] / together + ac_full / ac_t:.2f} cards' worth; "
                     f"chain timeouts {int(engine.chain_state[0])}")
             del engine
             torch.cuda.empty_cache()
-        except Exception as e:
+        except Exception as e:      # one way's failure must not lose the others' lines
             log(f"{name}: failed: {type(e).__name__}: {e}")
-    layer_chain.TILING = landed
+    setup.restore()
     log("done")
+
+
+def sweep(programs: list[int]) -> None:
+    """The chain on fewer programs than SMs, on plain streams: its programs need only that many SMs free at once,
+    and the rest stay the acoustic stage's."""
+    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)   # as farm/workers.py
+    unconfined([(f"chain on {p} programs", None if p >= 132 else p, (plain_ar, plain_ac)) for p in programs])
+
+
+def contexts() -> None:
+    """The first run's way again, and with nothing split: each stage's graphs captured as the engines capture them
+    (on side streams: they use every SM), replayed on a stream of a green context of its own."""
+    plain_ar, plain_ac = torch.cuda.Stream(priority=-100), torch.cuda.Stream(priority=0)
+    torch.zeros(1, device="cuda")
+    if "--sides" in sys.argv:       # which side's green context does it: each alone, then both again
+        g = Green(40).streams
+        ways = [("AR plain, acoustic in the 92-SM context, chain on 40", 40, (plain_ar, g[1])),
+                ("AR in the 40-SM context, acoustic plain, chain on 40", 40, (g[0], plain_ac)),
+                ("split 40 / 92, chain on 40", 40, (g[0], g[1])),
+                ("AR plain, acoustic in the 92-SM context, chain on every SM", None, (plain_ar, g[1]))]
+    elif "--ar-contexts" in sys.argv:   # the AR side's context alone, with the chain on all or fewer programs
+        ways = [("plain streams", None, (plain_ar, plain_ac)),
+                ("AR in a 64-SM context, chain on 64", 64, (Green(64).streams[0], plain_ac)),
+                ("AR in a 96-SM context, chain on every SM", None, (Green(96).streams[0], plain_ac)),
+                ("AR in a 40-SM context, chain on every SM", None, (Green(40).streams[0], plain_ac))]
+    else:
+        ways = [("plain streams", None, (plain_ar, plain_ac)),
+                ("two whole-card green contexts", None, tuple(Green(None).streams)),
+                ("two whole-card green contexts, chain on 40", 40, tuple(Green(None).streams)),
+                ("split 40 / 92, chain on 40", 40, tuple(Green(40).streams)),
+                ("split 64 / 68, chain on 64", 64, tuple(Green(64).streams))]
+    unconfined(ways)
 
 
 def main() -> None:
@@ -343,44 +339,15 @@ def main() -> None:
             g.sms[i] = min(g.sms[i], counts[0]) or counts[0]    # the chain's programs must all fit in the part
     log(f"plain stream: {sms_used(plain_ar, 'direct')} SMs")
 
-    # the acoustic stage's reference chunk, as `farm bench acoustic` and the s31 co-run probe
-    ckpt = open_checkpoint("out/ck/model", "out/ck/vae")
-    cfg = ckpt.cfg
-    net = load_model(ckpt.model_dir, cfg, {AR, HEAD, NAR}, device="cuda")
-    acoustic = AcousticEngine(net, cfg.tokens)
-    prefix_tokens, frames = 5000, 5371
-    rng = np.random.default_rng(0)
-    prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, prefix_tokens)]
-    ids = chunk_tokens(prefix, rng.integers(0, cfg.tokens.codebook, frames).astype(np.int32), 0, frames, cfg.tokens)
-    with torch.inference_mode():
-        _, kv = ar_prefill(net, torch.tensor(ids, device="cuda"))
-        buffers = nar_kv_buffers(kv, len(ids), frames + 2)
-        del kv
-        x = song_noise(frames, cfg.model.latent_dim, 0).to(device="cuda", dtype=acoustic.dtype)
-
-    def evaluator(stream):
-        with torch.cuda.stream(stream), torch.inference_mode(), captured_on(stream):
-            v = acoustic.evaluator(len(ids), len(ids), buffers)
-            v(x, 0.5)
-            v(x, 0.5)                       # captured here
-        torch.cuda.synchronize()
-        return AcousticLoop(v, x)
-
-    def ar_engine(stream, programs):
-        layer_chain.TILING = replace(landed, programs=programs)
-        with torch.cuda.stream(stream), captured_on(stream):
-            engine = AREngine(net, cfg.tokens, kv_tokens=kv_tokens, cuda_graphs=True, compile=True)
-        torch.cuda.synchronize()
-        return engine
-
-    landed = layer_chain.TILING
-    kv_tokens = sum(rows * (ctx + (BLOCKS + 2) * 16 + 64) for _, rows, ctx in SCENARIOS)
-    ac = evaluator(plain_ac)
+    # 3-4. confined: every graph captured on the stream it replays on
+    setup = Setup(SCENARIOS)
+    cfg = setup.cfg
+    ac = setup.acoustic(plain_ac, confine=True)
     ac_full = ac.ms_alone(plain_ac)
     bw_full = copy_gbs(plain_ar)
-    log(f"whole card: acoustic {ac_full:.2f} ms per evaluation ({len(ids)} AR tokens, {frames} frames), copy "
+    log(f"whole card: acoustic {ac_full:.2f} ms per evaluation ({len(setup.ids)} AR tokens, 5371 frames), copy "
         f"{bw_full:.0f} GB/s")
-    engine = ar_engine(plain_ar, None)
+    engine = setup.ar_engine(plain_ar, None, confine=True)
     full = {kind: ar_ms(engine, cfg, plain_ar, kind, rows, ctx, "full") for kind, rows, ctx in SCENARIOS}
     log("whole card, AR alone: " + ", ".join(f"{kind} {rows} rows x {ctx} {full[kind]:.3f} ms/step"
                                              for kind, rows, ctx in SCENARIOS))
@@ -389,13 +356,13 @@ def main() -> None:
     for s, g in green.items():
         name = f"split {s} (AR {g.sms[0]} SMs, acoustic {g.sms[1]})"
         try:
-            ac = evaluator(g.streams[1])
+            ac = setup.acoustic(g.streams[1], confine=True)
             ac_alone = ac.ms_alone(g.streams[1])
             bw = copy_gbs(g.streams[0])
             bw_beside, ac_b = ac.beside(g.streams[1], lambda: copy_gbs(g.streams[0]))
             log(f"{name}: acoustic alone in its part {ac_alone:.2f} ms; copy in the AR part alone {bw:.0f} GB/s, "
                 f"beside the acoustic stage {bw_beside:.0f} GB/s (acoustic {ac_b:.2f} ms)")
-            engine = ar_engine(g.streams[0], g.sms[0])
+            engine = setup.ar_engine(g.streams[0], g.sms[0], confine=True)
             for kind, rows, ctx in SCENARIOS:
                 alone = ar_ms(engine, cfg, g.streams[0], kind, rows, ctx, f"{name}-alone")
                 together, ac_t = ac.beside(g.streams[1], lambda: ar_ms(engine, cfg, g.streams[0], kind, rows, ctx,
@@ -408,7 +375,7 @@ def main() -> None:
             torch.cuda.empty_cache()
         except Exception as e:      # one split's failure must not lose the others' lines
             log(f"{name}: failed: {type(e).__name__}: {e}")
-    layer_chain.TILING = landed
+    setup.restore()
     torch.cuda.synchronize()
     log("done")
 
