@@ -48,6 +48,7 @@ class ChainTiling:
     pdl: bool = True
     early_weights: bool = True
     programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
+    maxnreg: int | None = None      # registers per thread (None: the compiler's 256 for a warp-specialised kernel)
 
 
 TILING = ChainTiling()
@@ -160,7 +161,7 @@ def _launch(attn, x, o, gate_up, down, qkv, eps, state, t: ChainTiling | None = 
         wo, wgu, wd, wq, xa, xh, xg, xn, x, h_out, g_out, x_out, q_out if q_rows else h_out, sq_h, sq_x,
         state[1:6], state[0:1], m, eps, H=hidden, I=inter, Q=q_rows or t.bn_q, BN_O=t.bn_o, BN_GU=t.bn_gu, BN_D=t.bn_d,
         BN_Q=t.bn_q, BK=t.bk, STAGES=t.stages, XSTAGES=t.xstages, G=programs, NEXT=q_rows > 0,
-        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl)
+        EARLY=t.early_weights, num_warps=4, launch_pdl=t.pdl, **({"maxnreg": t.maxnreg} if t.maxnreg else {}))
     return x_out, q_out
 
 
