@@ -11,7 +11,7 @@ register caps and the pipeline depth change no sum, so every variant must draw t
 the attention kernels are asked to prefer shared memory (a small kernel gets no carve-out preference from Triton).
 Each an AREngine with CUDA graphs, built, measured and freed in turn; ms per step, two rounds.
 Run from the repository root after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
-python docs/measured/2026-12-04-cpu-s42-corresident-attention-probe.py [--compile]"""
+python docs/measured/2026-12-04-cpu-s42-corresident-attention-probe.py [--compile] [--sweep]"""
 import ctypes
 import dataclasses
 import gc
@@ -28,6 +28,16 @@ VARIANTS = {"tree (12/6 slots, 256 regs; depth 6)": (12, 6, None, 6, False),
             "11/6, 128 regs; depth 4 (fits beside)": (11, 6, 128, 4, False),
             "11/6, 128 regs; depth 4, prefer shared": (11, 6, 128, 4, True),
             "8/5, 128 regs; depth 6 (fits beside)": (8, 5, 128, 6, False)}
+# --sweep (the second call): the slot division and register cap once a split program fits beside the chain
+SWEEP = {"tree (12/6 slots, 256 regs; depth 6)": (12, 6, None, 6, False),
+         "8/5, 128 regs; depth 6": (8, 5, 128, 6, False),
+         "9/5, 128 regs; depth 6": (9, 5, 128, 6, False),
+         "10/4, 128 regs; depth 6": (10, 4, 128, 6, False),
+         "12/3, 128 regs; depth 6": (12, 3, 128, 6, False),
+         "6/4, 128 regs; depth 8": (6, 4, 128, 8, False),
+         "8/5, 168 regs; depth 6": (8, 5, 168, 6, False)}
+if "--sweep" in sys.argv:
+    VARIANTS = SWEEP
 CASES = (("prompt-450", 450, "plan", 1), ("plan-ref", 2720, "plan", 1), ("plan-ref", 2720, "plan", 12),
          ("semantic-ref", 7680, "semantic", 1), ("semantic-ref", 7680, "semantic", 2),
          ("semantic-ref", 7680, "semantic", 12), ("semantic-ref", 7680, "semantic", 24))
