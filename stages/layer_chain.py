@@ -37,18 +37,27 @@ class ChainTiling:
     `early_weights`: its weight stream starts then, before that kernel has finished (both are what made the
     engine's step faster; docs/ar-engine.md); `programs`: how many programs (at most one per SM) share the tiles.
     o/down tiles of 16 rows: 128 tiles on an H200's 132 programs (37.6 against 39.1 µs per layer at 32 rows,
-    docs/benchmarks.md)."""
+    docs/benchmarks.md).
+
+    The rings and the register cap are sized so that a program of the decode attention's split kernel fits on an
+    SM beside a chain program: the chain lets the kernel after it launch at its start, so that program is resident
+    and waiting when the chain ends, instead of landing only as the chain's programs leave. 8 weight and 5
+    activation slots take 145 KB of shared memory and `maxnreg` 168 keeps 8 warps x 168 registers inside the
+    register file beside the split kernel's 4 warps x 120 and 71.7 KB (the compiler's default for a
+    warp-specialised kernel, 256, would fill the file alone). Neither changes a sum; measured on an H200
+    (docs/benchmarks.md, 2026-12-04, thirteenth session): a one-row step 2-5 % faster than with 12 and 6 slots at
+    256 registers, level at 12 and 24 rows."""
     bn_o: int = 16
     bn_gu: int = 16
     bn_d: int = 16
     bn_q: int = 32
     bk: int = 128
-    stages: int = 12
-    xstages: int = 6
+    stages: int = 8
+    xstages: int = 5
     pdl: bool = True
     early_weights: bool = True
     programs: int | None = None     # None: one per SM; fewer draw the same bits (a tile's result is its own)
-    maxnreg: int | None = None      # registers per thread (None: the compiler's 256 for a warp-specialised kernel)
+    maxnreg: int | None = 168       # registers per thread (None: the compiler's choice, 256 here)
 
 
 TILING = ChainTiling()

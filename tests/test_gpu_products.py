@@ -89,6 +89,43 @@ def test_layer_chain_matches_the_separate_products_and_is_row_invariant():
     assert not state.any()      # no barrier gave up, and every counter is back at zero
 
 
+def test_a_split_attention_program_fits_beside_a_layer_chain_program():
+    """The chain's default tiling leaves room on its SM for one program of the decode attention's split kernel, as
+    both compile for this GPU: shared memory (1 KB reserved per program), registers (allocated per warp, in units of
+    256) — so the split kernel's programs are resident and waiting when the chain ends (layer_chain.ChainTiling)."""
+    from stages import _layer_chain_gluon as chain_kernels, _paged_attention_triton as attention_kernels
+    from stages import layer_chain, paged_attention as pa
+
+    if not layer_chain.supported(torch.device("cuda"), 2048, 6144, 4096):
+        pytest.skip("the chain kernel needs Hopper (sm_90)")
+    for f in (chain_kernels.layer_chain, attention_kernels.split_kv_attention):
+        f.device_caches.clear()         # so that only the kernels compiled below are in them
+    g = torch.Generator(device="cuda").manual_seed(7)
+    h, i, q, heads, kv, d, page = 2048, 6144, 4096, 16, 8, 128, 64
+    o, gate_up, down, qkv_w = ((torch.randn(n, k, device="cuda", generator=g) * k ** -0.5).bfloat16()
+                               for n, k in ((h, h), (2 * i, h), (h, i), (q, h)))
+    a, x = (torch.randn(32, h, device="cuda", generator=g).bfloat16() for _ in range(2))
+    layer_chain.chain(a, x, o, layer_chain.pair_rows(gate_up), down, qkv_w, 1e-6, layer_chain.words(a.device))
+    qkv = torch.randn(32, (heads + 2 * kv) * d, device="cuda", generator=g).bfloat16()
+    pool = torch.zeros(64, kv, page, d, device="cuda", dtype=torch.bfloat16)
+    table = torch.arange(1, 33, device="cuda", dtype=torch.int32).reshape(32, 1).repeat(1, 2)
+    lens = torch.full((32,), 100, dtype=torch.int32, device="cuda")
+    cos, sin = torch.ones(32, d, device="cuda").bfloat16(), torch.zeros(32, d, device="cuda").bfloat16()
+    norm = torch.ones(d, device="cuda").bfloat16()
+    pa.decode_attention(qkv, norm, norm, cos, sin, pool, pool.clone(), table, lens, 1e-6)
+    torch.cuda.synchronize()
+
+    def compiled(f):
+        return [k for cache, *_ in f.device_caches.values() for k in cache.values()]
+    (chain,), (split,) = compiled(chain_kernels.layer_chain), compiled(attention_kernels.split_kv_attention)
+
+    def registers(k):
+        return k.metadata.num_warps * -(-k.n_regs * 32 // 256) * 256
+    props = torch.cuda.get_device_properties(0)
+    assert chain.metadata.shared + split.metadata.shared + 2 * 1024 <= props.shared_memory_per_multiprocessor
+    assert registers(chain) + registers(split) <= props.regs_per_multiprocessor
+
+
 @pytest.mark.parametrize("fmt", ["fp8", "nvfp4"])
 @pytest.mark.parametrize("n,k,epilogue", [(4096, 2048, "none"), (2048, 2048, "add"), (6144, 2048, "silu_mul"),
                                           (2048, 6144, "add")])
