@@ -11,7 +11,7 @@ register caps and the pipeline depth change no sum, so every variant must draw t
 the attention kernels are asked to prefer shared memory (a small kernel gets no carve-out preference from Triton).
 Each an AREngine with CUDA graphs, built, measured and freed in turn; ms per step, two rounds.
 Run from the repository root after `farm init-checkpoint out/ck --config yue2-3b --device cuda`:
-python docs/measured/2026-12-04-cpu-s42-corresident-attention-probe.py [--compile] [--sweep]"""
+python docs/measured/2026-12-04-cpu-s42-corresident-attention-probe.py [--compile] [--sweep | --release]"""
 import ctypes
 import dataclasses
 import gc
@@ -36,8 +36,16 @@ SWEEP = {"tree (12/6 slots, 256 regs; depth 6)": (12, 6, None, 6, False),
          "12/3, 128 regs; depth 6": (12, 3, 128, 6, False),
          "6/4, 128 regs; depth 8": (6, 4, 128, 8, False),
          "8/5, 168 regs; depth 6": (8, 5, 168, 6, False)}
+# --release (the third call, on the kept tiling): the attention kernels let the next launch begin before they wait
+# for the kernel before (`paged_attention.RELEASE`), so the next chain's programs can land, and stream weights,
+# beside the split programs: the kept chain leaves room for both
+RELEASE = {"kept (8/5, 168 regs; depth 6)": (8, 5, 168, 6, False),
+           "kept + release before the wait": (8, 5, 168, 6, False)}
+RELEASING = {"kept + release before the wait"}
 if "--sweep" in sys.argv:
     VARIANTS = SWEEP
+if "--release" in sys.argv:
+    VARIANTS = RELEASE
 CASES = (("prompt-450", 450, "plan", 1), ("plan-ref", 2720, "plan", 1), ("plan-ref", 2720, "plan", 12),
          ("semantic-ref", 7680, "semantic", 1), ("semantic-ref", 7680, "semantic", 2),
          ("semantic-ref", 7680, "semantic", 12), ("semantic-ref", 7680, "semantic", 24))
@@ -124,6 +132,7 @@ def main() -> None:
         for name, (stages, xstages, maxnreg, depth, prefer) in VARIANTS.items():
             layer_chain.TILING = dataclasses.replace(tree, stages=stages, xstages=xstages, maxnreg=maxnreg)
             pa.STAGES = depth
+            pa.RELEASE = name in RELEASING
             PREFER[0] = prefer
             for kname, fn in LOADED:
                 if _attention(kname):
@@ -149,7 +158,7 @@ def main() -> None:
     print("ms per step, rounds 0 / 1")
     for (case, rows), by in results.items():
         print(f"{case} rows {rows}: " + "; ".join(f"{n} {a:.3f}/{b:.3f}" for n, (a, b) in by.items()), flush=True)
-    layer_chain.TILING, pa.STAGES = tree, 6
+    layer_chain.TILING, pa.STAGES, pa.RELEASE = tree, 6, False
 
 
 if __name__ == "__main__":
