@@ -44,7 +44,7 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                        s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
                        PAGE: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
-                       PDL: tl.constexpr, FP8: tl.constexpr = False, RELEASE: tl.constexpr = False):
+                       PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time through a
     pipelined loop: the query heads of one GQA group against the span's keys, online softmax in FP32."""
     GROUPS: tl.constexpr = HEADS // KV
@@ -57,8 +57,6 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
     start = split * span
     if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
         if start < past:
-            if RELEASE:     # the next launch before the wait (docs/ar-engine.md: the order measured)
-                tl.extra.cuda.gdc_launch_dependents()
             tl.extra.cuda.gdc_wait()
             tl.extra.cuda.gdc_launch_dependents()
     if start < past:
@@ -105,13 +103,10 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
 def merge_and_store(QKV, QW, KW, COS, SIN, K, V, BT, LENS, PART, LSE, OUT,
                     s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, so_r, so_h, qk_scale, eps,
                     HEADS: tl.constexpr, KV: tl.constexpr, D: tl.constexpr, PAGE: tl.constexpr,
-                    PROGRAMS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False,
-                    RELEASE: tl.constexpr = False):
+                    PROGRAMS: tl.constexpr, PDL: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, head): the new key first, then the row's spans, all at once in a fixed order (so
     batch-invariant); the first head of each GQA group also stores the new key and value into the cache."""
     if PDL:
-        if RELEASE:
-            tl.extra.cuda.gdc_launch_dependents()
         tl.extra.cuda.gdc_wait()
         tl.extra.cuda.gdc_launch_dependents()
     GROUPS: tl.constexpr = HEADS // KV

@@ -28,7 +28,6 @@ from .transformer import Dims, qk_norm_rope, split_heads
 
 PROGRAMS = 16        # programs (spans) per (row, KV head): short rows spread over several, long rows over no more
 STAGES = 6           # the span loop's pipeline depth (docs/ar-engine.md: 6 measured best, the same bits as 2)
-RELEASE = False      # let the next launch begin before waiting for the kernel before (docs/ar-engine.md)
 
 
 def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
@@ -80,7 +79,7 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
     out = torch.empty(rows, heads, d, dtype=qkv.dtype, device=qkv.device)
     qk_scale = 1.0 / math.sqrt(d) * 1.4426950408889634
     common = dict(HEADS=heads, KV=kv, D=d, PAGE=page, PROGRAMS=PROGRAMS, PDL=early, launch_pdl=early,
-                  FP8=k_pool.dtype == torch.float8_e4m3fn, RELEASE=RELEASE)
+                  FP8=k_pool.dtype == torch.float8_e4m3fn)
     split_kv_attention[(rows, kv, PROGRAMS)](
         qkv, q_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),

@@ -38,7 +38,8 @@ SWEEP = {"tree (12/6 slots, 256 regs; depth 6)": (12, 6, None, 6, False),
          "8/5, 168 regs; depth 6": (8, 5, 168, 6, False)}
 # --release (the third call, on the kept tiling): the attention kernels let the next launch begin before they wait
 # for the kernel before (`paged_attention.RELEASE`), so the next chain's programs can land, and stream weights,
-# beside the split programs: the kept chain leaves room for both
+# beside the split programs: the kept chain leaves room for both. Measured level; the knob (commit ff64250) was
+# taken out again, so this mode needs that commit's kernels
 RELEASE = {"kept (8/5, 168 regs; depth 6)": (8, 5, 168, 6, False),
            "kept + release before the wait": (8, 5, 168, 6, False)}
 RELEASING = {"kept + release before the wait"}
