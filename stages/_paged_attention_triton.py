@@ -40,60 +40,74 @@ def _span(past, PROGRAMS: tl.constexpr, PAGE: tl.constexpr):
 
 
 @triton.jit
+def _page(q, k, v, m, total, acc, kmask, qk_scale, FP8: tl.constexpr, IEEE: tl.constexpr):
+    """One page of keys and values into a span's running (max, sum, output): online softmax in FP32."""
+    if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
+        s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
+    elif IEEE:   # FP32 caches: no TF32 rounding
+        s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
+    else:
+        s = tl.dot(q, tl.trans(k)) * qk_scale
+    s = tl.where(kmask[None, :], s, float("-inf"))
+    m_new = tl.maximum(m, tl.max(s, 1))
+    alpha = tl.exp2(m - m_new)
+    weights = tl.exp2(s - m_new[:, None])
+    total = total * alpha + tl.sum(weights, 1)
+    if FP8:
+        acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
+    elif IEEE:
+        acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
+    else:
+        acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
+    return m_new, total, acc
+
+
+@triton.jit
 def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                        s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
                        PAGE: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
                        PDL: tl.constexpr, FP8: tl.constexpr = False):
-    """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time through a
-    pipelined loop: the query heads of one GQA group against the span's keys, online softmax in FP32."""
+    """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time: the query
+    heads of one GQA group against the span's keys, online softmax in FP32. The span's first page is read before
+    the wait for the kernel before and the rest through a pipelined loop; the same sums in the same order."""
     GROUPS: tl.constexpr = HEADS // KV
     row, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
-    # The step's lengths are written before the kernel before begins (each kernel of the step waits for its own
-    # kernel before, then lets the next launch), so they can be read before the wait; a span with no keys then
-    # leaves at once instead of holding an SM while it waits (2026-12-03: 1.5-2 % off a one-row step).
+    # The step's lengths and block table are written before the kernel before begins (each kernel of the step waits
+    # for its own kernel before, then lets the next launch), and the cached pages by earlier steps, whose kernels
+    # every kernel since has waited for (this step's new key is stored by the merge kernel, after the spans are
+    # read). So a span's first page can be read before the wait: its program is resident beside the layer chain
+    # (layer_chain.ChainTiling), and the page is in flight while the chain ends (2026-12-04, thirteenth session).
+    # A span with no keys leaves at once instead of holding an SM while it waits (2026-12-03).
     past = tl.load(LENS + row) - 1
     span = _span(past, PROGRAMS, PAGE)
     start = split * span
-    if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
-        if start < past:
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
     if start < past:
         g = tl.arange(0, GROUP_PAD)
         d = tl.arange(0, D)
         n = tl.arange(0, PAGE)
         heads = kvh * GROUPS + g
         qmask = g < GROUPS
-        q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
-        m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
-        total = tl.zeros([GROUP_PAD], tl.float32)
-        acc = tl.zeros([GROUP_PAD, D], tl.float32)
         end = tl.minimum(start + span, past)
-        for pos in tl.range(start, end, PAGE, num_stages=STAGES):
+        kmask = start + n < end
+        offsets = (tl.load(BT + row * sbt_r + start // PAGE).to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t
+                   + d[None, :])
+        k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+        v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
+        if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
+            tl.extra.cuda.gdc_wait()
+            tl.extra.cuda.gdc_launch_dependents()
+        q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
+        m, total, acc = _page(q, k, v, tl.full([GROUP_PAD], float("-inf"), tl.float32),
+                              tl.zeros([GROUP_PAD], tl.float32), tl.zeros([GROUP_PAD, D], tl.float32), kmask,
+                              qk_scale, FP8, IEEE)
+        for pos in tl.range(start + PAGE, end, PAGE, num_stages=STAGES):
             page_id = tl.load(BT + row * sbt_r + pos // PAGE)
             kmask = pos + n < end
             offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]
             k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
             v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-            if FP8:    # e4m3 caches: widened to FP16 (exact, one conversion per two values)
-                s = tl.dot(q.to(tl.float16), tl.trans(k.to(tl.float16))) * qk_scale
-            elif IEEE:   # FP32 caches: no TF32 rounding
-                s = tl.dot(q, tl.trans(k), input_precision="ieee") * qk_scale
-            else:
-                s = tl.dot(q, tl.trans(k)) * qk_scale
-            s = tl.where(kmask[None, :], s, float("-inf"))
-            m_new = tl.maximum(m, tl.max(s, 1))
-            alpha = tl.exp2(m - m_new)
-            weights = tl.exp2(s - m_new[:, None])
-            total = total * alpha + tl.sum(weights, 1)
-            if FP8:
-                acc = acc * alpha[:, None] + tl.dot(weights.to(tl.float16), v.to(tl.float16))
-            elif IEEE:
-                acc = acc * alpha[:, None] + tl.dot(weights, v, input_precision="ieee")
-            else:
-                acc = acc * alpha[:, None] + tl.dot(weights.to(v.dtype), v)
-            m = m_new
+            m, total, acc = _page(q, k, v, m, total, acc, kmask, qk_scale, FP8, IEEE)
         part = PART + row * sp_r + heads[:, None] * sp_h + split * sp_s + d[None, :]
         tl.store(part, acc / total[:, None], mask=qmask[:, None])
         tl.store(LSE + row * sl_r + heads * sl_h + split, m + tl.log2(total), mask=qmask)
