@@ -67,17 +67,21 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
                        s_r, scs_r, sk_p, sk_h, sk_t, sbt_r, sp_r, sp_h, sp_s, sl_r, sl_h, qk_scale, eps,
                        HEADS: tl.constexpr, KV: tl.constexpr, GROUP_PAD: tl.constexpr, D: tl.constexpr,
                        PAGE: tl.constexpr, IEEE: tl.constexpr, PROGRAMS: tl.constexpr, STAGES: tl.constexpr,
-                       PDL: tl.constexpr, FP8: tl.constexpr = False):
+                       PDL: tl.constexpr, SLOTS: tl.constexpr, EARLY_ROWS: tl.constexpr, FP8: tl.constexpr = False):
     """Program (row, kv head, p) handles span p of the row's cached keys (`_span`), a page at a time: the query
-    heads of one GQA group against the span's keys, online softmax in FP32. The span's first page is read before
-    the wait for the kernel before and the rest through a pipelined loop; the same sums in the same order."""
+    heads of one GQA group against the span's keys, online softmax in FP32. With at most EARLY_ROWS live rows of
+    the step's SLOTS (a power of two ≥ its rows) the span's first page is read before the wait for the kernel
+    before and the rest through a pipelined loop; with more, every page through the loop. The same sums in the
+    same order either way: which path a row takes never changes its numbers."""
     GROUPS: tl.constexpr = HEADS // KV
     row, kvh, split = tl.program_id(0), tl.program_id(1), tl.program_id(2)
     # The step's lengths and block table are written before the kernel before begins (each kernel of the step waits
     # for its own kernel before, then lets the next launch), and the cached pages by earlier steps, whose kernels
     # every kernel since has waited for (this step's new key is stored by the merge kernel, after the spans are
-    # read). So a span's first page can be read before the wait: its program is resident beside the layer chain
-    # (layer_chain.ChainTiling), and the page is in flight while the chain ends (2026-12-04, thirteenth session).
+    # read). So a span's first page can be read before the wait: with few live rows most programs are resident
+    # beside the layer chain (layer_chain.ChainTiling), and the page is in flight while the chain ends (2026-12-04,
+    # thirteenth session). With many, most programs launch only after the chain, and a first page taken through
+    # registers costs more than the pipelined loop (fourteenth session: 16-32 rows of 450 keys 2-5 % slower).
     # A span with no keys leaves at once instead of holding an SM while it waits (2026-12-03).
     past = tl.load(LENS + row) - 1
     span = _span(past, PROGRAMS, PAGE)
@@ -89,19 +93,32 @@ def split_kv_attention(QKV, QW, COS, SIN, K, V, BT, LENS, PART, LSE,
         heads = kvh * GROUPS + g
         qmask = g < GROUPS
         end = tl.minimum(start + span, past)
-        kmask = start + n < end
-        offsets = (tl.load(BT + row * sbt_r + start // PAGE).to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t
-                   + d[None, :])
-        k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
-        v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
-        if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
-            tl.extra.cuda.gdc_wait()
-            tl.extra.cuda.gdc_launch_dependents()
-        q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
-        m, total, acc = _page(q, k, v, tl.full([GROUP_PAD], float("-inf"), tl.float32),
-                              tl.zeros([GROUP_PAD], tl.float32), tl.zeros([GROUP_PAD, D], tl.float32), kmask,
-                              qk_scale, FP8, IEEE)
-        for pos in tl.range(start + PAGE, end, PAGE, num_stages=STAGES):
+        slots = tl.arange(0, SLOTS)
+        live = tl.sum((tl.load(LENS + slots, mask=slots < tl.num_programs(0), other=0) > 0).to(tl.int32), 0)
+        if live <= EARLY_ROWS:
+            kmask = start + n < end
+            offsets = (tl.load(BT + row * sbt_r + start // PAGE).to(tl.int64) * sk_p + kvh * sk_h
+                       + n[:, None] * sk_t + d[None, :])
+            k = tl.load(K + offsets, mask=kmask[:, None], other=0.0)
+            v = tl.load(V + offsets, mask=kmask[:, None], other=0.0)
+            if PDL:    # launched early: wait for the kernel before (it wrote q), then let the next one launch
+                tl.extra.cuda.gdc_wait()
+                tl.extra.cuda.gdc_launch_dependents()
+            q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
+            m, total, acc = _page(q, k, v, tl.full([GROUP_PAD], float("-inf"), tl.float32),
+                                  tl.zeros([GROUP_PAD], tl.float32), tl.zeros([GROUP_PAD, D], tl.float32), kmask,
+                                  qk_scale, FP8, IEEE)
+            first = start + PAGE
+        else:
+            if PDL:
+                tl.extra.cuda.gdc_wait()
+                tl.extra.cuda.gdc_launch_dependents()
+            q = _norm_rope(QKV, QW, COS, SIN, row * s_r, row * scs_r, heads, qmask, eps, D)
+            m = tl.full([GROUP_PAD], float("-inf"), tl.float32)
+            total = tl.zeros([GROUP_PAD], tl.float32)
+            acc = tl.zeros([GROUP_PAD, D], tl.float32)
+            first = start
+        for pos in tl.range(first, end, PAGE, num_stages=STAGES):
             page_id = tl.load(BT + row * sbt_r + pos // PAGE)
             kmask = pos + n < end
             offsets = page_id.to(tl.int64) * sk_p + kvh * sk_h + n[:, None] * sk_t + d[None, :]

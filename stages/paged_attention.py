@@ -28,6 +28,8 @@ from .transformer import Dims, qk_norm_rope, split_heads
 
 PROGRAMS = 16        # programs (spans) per (row, KV head): short rows spread over several, long rows over no more
 STAGES = 6           # the span loop's pipeline depth (docs/ar-engine.md: 6 measured best, the same bits as 2)
+EARLY_ROWS = 8       # at most this many live rows: a span's first page is read before the kernel waits for the
+                     # one before (faster at 1-8 rows, slower at 16-32; the same bits: docs/ar-engine.md)
 
 
 def reference(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, eps: float) -> torch.Tensor:
@@ -85,7 +87,7 @@ def _launch(qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2),
         block_table.stride(0), part.stride(0), part.stride(1), part.stride(2), lse.stride(0), lse.stride(1),
         qk_scale, eps, GROUP_PAD=max(16, triton.next_power_of_2(groups)), IEEE=qkv.dtype == torch.float32,
-        STAGES=STAGES, **common)
+        STAGES=STAGES, SLOTS=triton.next_power_of_2(rows), EARLY_ROWS=EARLY_ROWS, **common)
     merge_and_store[(rows, heads)](
         qkv, q_norm, k_norm, cos, sin, k_pool, v_pool, block_table, seq_lens, part, lse, out,
         qkv.stride(0), cos.stride(0), k_pool.stride(0), k_pool.stride(1), k_pool.stride(2), block_table.stride(0),

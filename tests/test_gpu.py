@@ -26,25 +26,34 @@ def gpu_model(tiny_ckpt_dir, tiny_cfg):
     return load_model(root / "model", cfg, {AR, HEAD}, device="cuda", dtype=torch.bfloat16), cfg
 
 
-@pytest.mark.parametrize("pool", ["bf16", "fp8"])
-def test_paged_kernel_equals_the_reference(pool):
-    """The kernels (q/k norm and RoPE, the cache write, split and merge) against the row-by-row reference, over a
-    BF16 cache and an e4m3 one (kv_cache.py; the values the kernel stores equal the reference's exactly)."""
-    from stages import paged_attention as pa
+def _attention_inputs(pool: str, lens: list[int], pages: int):
+    """Decode-attention inputs on yue2-3b head shapes: the raw q/k/v rows, the norms, random pools of `pool`, a block
+    table giving each row its own pages, the rows' RoPE angles."""
     from stages.kv_cache import storage_dtype, to_pool
 
     g = torch.Generator(device="cuda").manual_seed(0)
-    rows, heads, kv, d, page, pages = 6, 16, 8, 128, 64, 256
+    rows, heads, kv, d, page = len(lens), 16, 8, 128, 64
+    per_row = (pages - 1) // rows
     qkv = torch.randn(rows, (heads + 2 * kv) * d, device="cuda", generator=g).bfloat16()
     q_norm, k_norm = ((1 + 0.1 * torch.randn(d, device="cuda", generator=g)).bfloat16() for _ in range(2))
     dtype = storage_dtype(pool, torch.bfloat16)
     k = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
     v = to_pool(torch.randn(pages, kv, page, d, device="cuda", generator=g), dtype)
-    table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * 40] + 1).int().reshape(rows, 40)
-    lens = torch.tensor([0, 1, 63, 129, 960, 2500], dtype=torch.int32, device="cuda")   # 2,500: spans of 3 pages
+    table = (torch.randperm(pages - 1, device="cuda", generator=g)[:rows * per_row] + 1).int().reshape(rows, per_row)
+    lens = torch.tensor(lens, dtype=torch.int32, device="cuda")
     angles = (lens.clamp(min=1) - 1).float()[:, None] * 1e6 ** (-torch.arange(0, d, 2, device="cuda") / d)
     cos, sin = (f(torch.cat([angles, angles], -1)).bfloat16() for f in (torch.cos, torch.sin))
-    k2, v2 = k.clone(), v.clone()
+    return qkv, q_norm, k_norm, cos, sin, k, v, table, lens
+
+
+@pytest.mark.parametrize("pool", ["bf16", "fp8"])
+def test_paged_kernel_equals_the_reference(pool):
+    """The kernels (q/k norm and RoPE, the cache write, split and merge) against the row-by-row reference, over a
+    BF16 cache and an e4m3 one (kv_cache.py; the values the kernel stores equal the reference's exactly)."""
+    from stages import paged_attention as pa
+
+    qkv, q_norm, k_norm, cos, sin, k, v, table, lens = _attention_inputs(pool, [0, 1, 63, 129, 960, 2500], 256)
+    k2, v2 = k.clone(), v.clone()    # 2,500 keys: spans of 3 pages
     got = pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
     want = pa.reference(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
     torch.testing.assert_close(got.float(), want.float(), atol=2e-2, rtol=0)
@@ -52,6 +61,26 @@ def test_paged_kernel_equals_the_reference(pool):
     torch.testing.assert_close(k.float(), k2.float(), atol=1e-2, rtol=1e-2 if pool == "bf16" else 2 ** -3)
     assert torch.equal(v.float(), v2.float()) and torch.equal(k[table[0]].float(), k2[table[0]].float())
     assert got[0].abs().max() == 0
+
+
+@pytest.mark.parametrize("pool", ["bf16", "fp8"])
+def test_a_row_gets_the_same_attention_bits_beside_few_or_many_live_rows(pool):
+    """With at most `EARLY_ROWS` live rows the split kernel reads a span's first page before it waits, with more
+    every page through its loop: the same sums in the same order, so a row's output and the key and value it
+    stores are the same bits either way (batch invariance)."""
+    from stages import paged_attention as pa
+
+    many = [1, 63, 129, 450, 2720, 5000, 7680] + [300 + 97 * i for i in range(pa.EARLY_ROWS + 1)]
+    inputs = _attention_inputs(pool, many, 2048)
+    qkv, q_norm, k_norm, cos, sin, k, v, table, lens = inputs
+    few = lens.clone()
+    few[7:] = 0                      # the first 7 rows alone: the first page before the wait
+    k2, v2 = k.clone(), v.clone()
+    alone = pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k, v, table, few, 1e-6)
+    beside = pa.decode_attention(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
+    assert torch.equal(alone[:7], beside[:7])
+    mine = table[:7].flatten().long()
+    assert torch.equal(k[mine], k2[mine]) and torch.equal(v[mine], v2[mine])
 
 
 def _requests(cfg):

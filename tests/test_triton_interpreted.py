@@ -91,12 +91,16 @@ PAGED_ATTENTION = textwrap.dedent("""
         lens = torch.tensor([0, 1, 129, 300], dtype=torch.int32)      # idle, only the new key, 2 and 5 pages
         angles = (lens.clamp(min=1) - 1).float()[:, None] * 10000.0 ** (-torch.arange(0, d, 2) / d)
         cos, sin = torch.cat([angles, angles], -1).cos(), torch.cat([angles, angles], -1).sin()
-        k2, v2 = k.clone(), v.clone()
+        k2, v2, k3, v3 = k.clone(), v.clone(), k.clone(), v.clone()
         got = pa._launch(qkv, q_norm, k_norm, cos, sin, k, v, table, lens, 1e-6)
         want = pa.reference(qkv, q_norm, k_norm, cos, sin, k2, v2, table, lens, 1e-6)
         assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()
         assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2)      # the cache write (keys normalised, rotated)
         assert got[0].abs().max() == 0                                  # the idle row
+        pa.EARLY_ROWS = 0       # 3 live rows: each span's first page through the loop, not before the wait
+        looped = pa._launch(qkv, q_norm, k_norm, cos, sin, k3, v3, table, lens, 1e-6)
+        pa.EARLY_ROWS = 8
+        assert torch.equal(looped, got) and torch.equal(k3, k) and torch.equal(v3, v)
     print("ok")
 """)
 
