@@ -43,7 +43,7 @@ class ChainTiling:
     SM beside a chain program: the chain lets the kernel after it launch at its start, so that program is resident
     and waiting when the chain ends, instead of landing only as the chain's programs leave. 8 weight and 5
     activation slots take 145 KB of shared memory and `maxnreg` 168 keeps 8 warps x 168 registers inside the
-    register file beside the split kernel's 4 warps x 155 and 67.6 KB (the compiler's default for a
+    register file beside the split kernel's 4 warps x 151 and 71.7 KB (the compiler's default for a
     warp-specialised kernel, 256, would fill the file alone; tests/test_gpu_products.py checks the fit). Neither
     changes a sum; measured on an H200 (docs/benchmarks.md, 2026-12-04, thirteenth session): a one-row step 2-6 %
     faster than with 12 and 6 slots at 256 registers, level at 12 and 24 rows."""
