@@ -37,6 +37,24 @@ STEP_SLOTS = 32      # rows of every step: one shape everywhere, so the sequenti
 SAMPLERS = ("fast", "exact")
 
 
+def step_inputs(tokens: torch.Tensor, positions: torch.Tensor, go: torch.Tensor, embed: torch.Tensor,
+                rope: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    """A step's inputs from its slots' tokens and positions [S]: the embeddings [S, 1, H], the RoPE rows (cos, sin
+    [S, D]) and each slot's key count (0 where it does not go on; int32). Compiled, a kernel or two in place of the
+    six small ones eager PyTorch launches between the draw and the first layer."""
+    seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
+    cos, sin = rope[:, positions]
+    return F.embedding(tokens, embed)[:, None], cos, sin, seq_lens
+
+
+def follow(go: torch.Tensor, drawn: torch.Tensor, owner: torch.Tensor, active: torch.Tensor,
+           tokens: torch.Tensor) -> None:
+    """After a draw each slot goes on, and is fed, as its owner does (an unconditional slot follows its conditional
+    one): `active` and `tokens`, in place. Compiled, one kernel in place of two."""
+    fast_sampling.advance(go, owner, active)
+    torch.index_select(drawn, 0, owner, out=tokens)
+
+
 @dataclass(frozen=True)
 class ARRequest:
     key: str                               # the caller's id for this request (a track id)
@@ -127,9 +145,10 @@ class AREngine:
                         else step_weights.for_format(model, weight_format))
         self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
         self._head, self._tail = step_weights.layer_halves(self.folded)
-        self._best, self._norm = fast_sampling.best, rms_norm
+        self._best, self._norm, self._inputs, self._follow = fast_sampling.best, rms_norm, step_inputs, follow
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
             self._norm, self._head, self._tail = shared(rms_norm), shared(self._head), shared(self._tail)
+            self._inputs, self._follow = shared(step_inputs), shared(follow)
             if self.device.type != "cuda":     # on CUDA `best` is two Triton kernels already
                 self._best = shared(fast_sampling.reference_best)
         self.variants = vocab_spans.for_phases(layout, cfg.vocab_size)
@@ -235,9 +254,7 @@ class AREngine:
         """One token per slot at its position; slots with `go` false read and write nothing.
         tokens, positions [S] int64, go [S] bool → the last hidden state after the final norm [S, H]."""
         kv = self.kv
-        seq_lens = torch.where(go, positions + 1, torch.zeros_like(positions)).to(torch.int32)
-        x = self.model.model.embed_tokens(tokens)[:, None]                    # [S, 1, H]
-        cos, sin = self.rope[:, positions]                                      # [S, D] each
+        x, cos, sin, seq_lens = self._inputs(tokens, positions, go, self.model.model.embed_tokens.weight, self.rope)
         if self.chain:
             return self._chained(x, cos, sin, seq_lens)
         for i, w in enumerate(self.step_weights):
@@ -274,7 +291,7 @@ class AREngine:
         else:
             for a, b in variant.spans:
                 torch.mm(hidden, weight[a:b].t(), out=self.span_logits[(a, b)])
-        self.lengths.add_(go.long())
+        self.lengths.add_(go)
 
     def _device_step(self, j: int, variant: vocab_spans.StepSpans) -> None:
         """Draw for every slot, record the draws in row j of `drawn`, book them, feed them back (an unconditional
@@ -283,8 +300,7 @@ class AREngine:
         t = self.table
         values, ids = vocab_spans.candidates(self._best, self.span_logits, variant, t)
         drawn, go = fast_sampling.pick(values, ids, t, self.drawn[j])
-        fast_sampling.advance(t, go)
-        torch.index_select(drawn, 0, t.owner, out=self.tokens)
+        self._follow(go, drawn, t.owner, t.active, self.tokens)
         self._feed(variant)
 
     def _capture(self) -> None:

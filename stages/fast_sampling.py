@@ -214,10 +214,10 @@ def book(t: SlotTable, drawn: torch.Tensor) -> torch.Tensor:
     return grow & (t.count < t.max_tokens)
 
 
-def advance(t: SlotTable, go: torch.Tensor) -> None:
-    """The slots that go on after a step (`go` of `book` or `pick`): each slot follows its owner, so an
-    unconditional slot goes on or stops with its conditional one. In place, into `t.active`."""
-    torch.index_select(go, 0, t.owner, out=t.active)
+def advance(go: torch.Tensor, owner: torch.Tensor, active: torch.Tensor) -> None:
+    """The slots that go on after a step (`go` of `book` or `pick`): each slot follows its owner (a SlotTable's
+    `owner`), so an unconditional slot goes on or stops with its conditional one. In place, into `active`."""
+    torch.index_select(go, 0, owner, out=active)
 
 
 def pick(values: torch.Tensor, ids: torch.Tensor, t: SlotTable, log: torch.Tensor

@@ -29,7 +29,7 @@ def table(rows: int, s: Sampling, phase: str, *, seed: int = 5, legacy: bool = F
             t.set_slot(r, {**values, "cfg_scale": cfg, "use_cfg": cfg != 1.0, "partner": partner, "owner": r,
                            "is_cond": True, "active": True})
     for token in history:                      # the window, booked the way the engine books it
-        fs.advance(t, fs.book(t, torch.full((rows,), token, dtype=torch.long)))
+        fs.advance(fs.book(t, torch.full((rows,), token, dtype=torch.long)), t.owner, t.active)
     return t
 
 
