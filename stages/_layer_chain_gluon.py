@@ -16,7 +16,9 @@ drain that the weight stream does not cover (docs/ar-engine.md). Here every prog
 - the *consumer* warpgroup multiplies acc[64, BN] += x[64, BK] · w[BN, BK]ᵀ, runs the epilogue with the rounding
   of the unfused ops (skinny_gemm.reference), stores its tile, and after a product's last tile adds one to the
   product's counter with release semantics. Before the down product it acquires the gate/up counter itself: its
-  epilogue adds the o output, which other programs stored, with plain loads (from L2).
+  epilogue adds the o output, which other programs stored, with plain loads (from L2). The o and down residuals
+  are loaded before a tile's MMAs, not after them: the consumer is the chain's bottleneck, and the round trip then
+  runs under the MMAs (−0.7 µs a layer, the same bits: docs/measured/2026-12-04-h200-s43-chain-early-residual.log).
 Each product has a counter of its own: a program with no tile of a product counts it done at once, and with one
 counter for all four (session s30's kernel) the 4 programs of 132 without a q/k/v tile counted q/k/v before the
 last down tiles were stored, so the q/k/v product could start on a stale down output — a race that the kernel alone
@@ -236,12 +238,13 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
     PER: gl.constexpr = 32 // W                     # k-tiles per weight slot (`_weights`)
     SLOTS: gl.constexpr = K // BK // PER
     for tile in range(pid, N // BN, G):
+        offs = r[:, None] * N + (tile * BN + col)[None, :]
+        if ADD:     # the kernel before, or other SMs, stored it (L2); loaded now, its round trip runs under the MMAs
+            res = gl.load(res_ptr + offs, mask=rows, other=0.0, cache_modifier=".cg")
         acc = _tile_mma(xs, xfull, xempty, ring, full, empty, i, j, gl.zeros([64, W], gl.float32, mma), W, PER,
                         SLOTS, STAGES, XSTAGES)
         i += SLOTS
         j += SLOTS * PER
-
-        offs = r[:, None] * N + (tile * BN + col)[None, :]
         if WAIT:
             mbarrier.wait(ready, 0)
         if NORM:
@@ -251,7 +254,6 @@ def _product(xs, xfull, xempty, ring, full, empty, i, j, pid, out_ptr, res_ptr, 
         else:
             y = acc.to(gl.bfloat16)
             if ADD:     # residual + x·Wᵀ, the product rounded first
-                res = gl.load(res_ptr + offs, mask=rows, other=0.0, cache_modifier=".cg")   # L2: another SM wrote it
                 y = (y.to(gl.float32) + res.to(gl.float32)).to(gl.bfloat16)
             gl.store(out_ptr + offs, y, mask=rows)
             if SQ:      # the next product's norm: this tile's share of each row's sum of squares
