@@ -97,9 +97,9 @@ PAGED_ATTENTION = textwrap.dedent("""
         assert (got - want).abs().max() <= 1e-5, (got - want).abs().max()
         assert (k - k2).abs().max() <= 1e-6 and torch.equal(v, v2)      # the cache write (keys normalised, rotated)
         assert got[0].abs().max() == 0                                  # the idle row
-        pa.EARLY_ROWS = 0       # 3 live rows: each span's first page through the loop, not before the wait
+        early, pa.EARLY_ROWS = pa.EARLY_ROWS, 0     # 3 live rows: every page through the loop, none before the wait
         looped = pa._launch(qkv, q_norm, k_norm, cos, sin, k3, v3, table, lens, 1e-6)
-        pa.EARLY_ROWS = 8
+        pa.EARLY_ROWS = early
         assert torch.equal(looped, got) and torch.equal(k3, k) and torch.equal(v3, v)
     print("ok")
 """)
