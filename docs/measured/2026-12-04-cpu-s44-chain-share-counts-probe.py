@@ -2,6 +2,8 @@
 written on the CPU box, compiled there for sm_90 with Triton 3.6).
 The variant is `…-cpu-s44-chain-share-counts.patch`, not in the tree: the device went away before it could run once.
 Apply it first (`git apply docs/measured/2026-12-04-cpu-s44-chain-share-counts.patch`); "tree" below is then it.
+The same probe serves `…-cpu-s44-chain-block-counts.patch` (the share counts plus a counter per 128-column block of
+each product's output, so a k-tile waits only for the 8 tiles that wrote it; apply it instead of the first).
 Every launch adds exactly `layer_chain.SHARE` to each of its three counters (int64) and waits for the next
 multiple; the signal warp reads where they stand after the kernel before has ended; no count at the end of the
 launch, no reset, and the q/k/v product (which no later product of the launch reads) is not counted. The kernel
