@@ -12,7 +12,8 @@ five. The probe of a variant with a counter set per layer (`…-s44-chain-counte
 count at ~0.6 µs a layer. 28 layers of yue2-3b shapes at 32 rows, µs per layer in a CUDA graph, three rounds;
 outputs compared bitwise (the same MMAs and epilogues) and the spins that gave up counted. Then the GPU suite (its
 chain test checks the counters' shares over launches of 132 and 64 programs) and `farm bench ar`.
-Run on an H200 from the repository root, the patch applied:
+Run on an H200 from the repository root, the patch applied (on the CPU box: the tree travels, .git does not) and
+stages/_chain_before.py written as `kernel_before` says:
 python docs/measured/2026-12-04-cpu-s44-chain-share-counts-probe.py"""
 import importlib
 import pathlib
@@ -27,9 +28,13 @@ H, I, Q, L, EPS, BEFORE = 2048, 6144, 4096, 28, 1e-6, "4151e10"
 
 
 def kernel_before():
-    text = subprocess.run(["git", "show", f"{BEFORE}:stages/_layer_chain_gluon.py"], check=True, capture_output=True,
-                          text=True).stdout
-    pathlib.Path("stages/_chain_before.py").write_text(text)
+    """Commit 4151e10's kernel as stages/_chain_before.py. No .git travels to a device machine: there the file must
+    already be in the tree that travels (`git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py`
+    on the CPU box, untracked, before the call)."""
+    path = pathlib.Path("stages/_chain_before.py")
+    if not path.exists():
+        path.write_text(subprocess.run(["git", "show", f"{BEFORE}:stages/_layer_chain_gluon.py"], check=True,
+                                       capture_output=True, text=True).stdout)
     return importlib.import_module("stages._chain_before")
 
 
