@@ -90,9 +90,13 @@ def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: in
     if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0) or not _gluon():
         return False
     partial_sums = (hidden // t.bn_o, hidden // t.bn_d)     # the norms' partial sums: a power of two each
+    # a 32-row weight slot holds 32 / (a tile's rows) consecutive k-tiles: a tile's k-tiles must fill whole slots
+    # (else the kernel's slot count rounds down and its two rings fall out of step)
+    whole_slots = ((hidden, t.bn_o), (hidden, 2 * t.bn_gu), (intermediate, t.bn_d), (hidden, t.bn_q))
     return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
             and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
-            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums))
+            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums)
+            and all(k // t.bk % (32 // rows) == 0 for k, rows in whole_slots))
 
 
 @functools.cache
