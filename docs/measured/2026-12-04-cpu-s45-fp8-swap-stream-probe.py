@@ -60,6 +60,11 @@ SETTINGS = {
 COL_OF = [(p & 1) | ((p >> 1) & 1) << 3 | ((p >> 2) & 1) << 4 | ((p >> 3) & 1) << 5 | ((p >> 4) & 1) << 6
           | ((p >> 5) & 1) << 1 | ((p >> 6) & 1) << 2 for p in range(128)]
 
+# a permuted e4m3 k-tile [64, 128] in registers: each thread 4 words of 4 bytes (storage bits p0-p4 and row bit 3),
+# lanes and warps as the MMA's A fragment
+STORAGE = gl.constexpr(gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [8, 0]],
+                                                  lane_bases=[[0, 32], [0, 64], [1, 0], [2, 0], [4, 0]],
+                                                  warp_bases=[[16, 0], [32, 0]], block_bases=[], shape=[64, 128]))
 _WIDEN = gl.constexpr("""{
 .reg .b32 a, b, sa, sb, k;
 mov.b32 k, 0x7B807B80;
@@ -85,7 +90,7 @@ def _widen(w):
 
 
 @gluon.jit
-def _a_fragment(tile, STORAGE: gl.constexpr, A: gl.constexpr):
+def _a_fragment(tile, A: gl.constexpr):
     """One permuted e4m3 k-tile [64, 128] in shared memory -> BF16 registers in the MMA's A layout."""
     w = _widen(tile.load(STORAGE))
     # storage bits p6..p0 -> logical column bits c6..c0 = p4 p3 p2 p1 p6 p5 p0
@@ -99,10 +104,6 @@ def _consumer(xs, xfull, xempty, ring, full, empty, out, scale, pid, TILES: gl.c
     KI: gl.constexpr = 32 if MODE == "w8a8" else 16
     mma: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, 32, KI])
     A: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma, k_width=2)
-    STORAGE: gl.constexpr = gl.DistributedLinearLayout(reg_bases=[[0, 1], [0, 2], [0, 4], [0, 8], [0, 16], [8, 0]],
-                                                       lane_bases=[[0, 32], [0, 64], [1, 0], [2, 0], [4, 0]],
-                                                       warp_bases=[[16, 0], [32, 0]], block_bases=[],
-                                                       shape=[64, 128])
     r = gl.arange(0, 64, layout=gl.SliceLayout(1, mma))
     c = gl.arange(0, 32, layout=gl.SliceLayout(0, mma))
     PER: gl.constexpr = 1 if MODE == "bf16" else 2
@@ -135,7 +136,7 @@ def _consumer(xs, xfull, xempty, ring, full, empty, out, scale, pid, TILES: gl.c
                             mbarrier.arrive(empty.index((si + STAGES - 1) % STAGES), pred=kk > 0)
                     else:
                         if MODE == "w8a16":
-                            a = _a_fragment(tile, STORAGE, A)
+                            a = _a_fragment(tile, A)
                         else:
                             a = tile.load(A).to(gl.bfloat16)
                         if u == PER - 1:        # the slot's k-tiles are in registers: free it now
