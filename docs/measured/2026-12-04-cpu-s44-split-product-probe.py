@@ -13,7 +13,7 @@ The kernel: one product per launch, the chain's three roles (a weight warp, an a
 warpgroup; the chain's rings and handshakes, 144 KB), programmatic dependent launch as in the chain (the weight warp
 starts at once, the other warps wait for the kernel before); 28 launches over 28 different weight matrices in a
 CUDA graph (no matrix is in L2 from the last), µs per launch. Products at 32 activation rows (the engine's slots):
-o (2,048 × 4,096), down (2,048 × 6,144), gate/up as one 12,288 × 2,048 matrix (its SiLU left out: the same
+o (2,048 × 2,048), down (2,048 × 6,144), gate/up as one 12,288 × 2,048 matrix (its SiLU left out: the same
 bytes), q/k/v (4,096 × 2,048). Each output checked against FP32 of the same BF16 values (max abs; ~1 BF16 ulp).
 Run on an H200 from the repository root: python docs/measured/2026-12-04-cpu-s44-split-product-probe.py
 `--compile-only` (Triton 3.6, any box): compiles every setting for sm_90 and prints its shared memory."""
@@ -31,7 +31,7 @@ from stages._layer_chain_gluon import _asm_zero, _wait_kernel_before  # noqa: E4
 ROWS = 32               # activation rows: the engine's slots
 XR = gl.constexpr(ROWS)
 # product: (N, K); setting: (tile rows BR, k-tiles per weight slot PER, K parts SPLIT, swapped, weight / x slots)
-PRODUCTS = {"o": (2048, 4096), "down": (2048, 6144), "gate/up": (12288, 2048), "q/k/v": (4096, 2048)}
+PRODUCTS = {"o": (2048, 2048), "down": (2048, 6144), "gate/up": (12288, 2048), "q/k/v": (4096, 2048)}
 SETTINGS = {
     "o": {"today: 16-row tiles, whole K": (16, 2, 1, False, 8, 5),
           "swapped: 64-row tiles, K in 4 parts": (64, 1, 4, True, 7, 4),
