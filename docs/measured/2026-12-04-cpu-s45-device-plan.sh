@@ -2,6 +2,7 @@
 # The next device time's runs, prepared on the CPU box in session s45 (no device was lent in s44's last hours or
 # in s45). One step per device call, each well inside the 600 s a call may run; logs go to $OUT.
 #   step probes   the s45 FP8 stream and product probes and the s44 split-product probe (~4 min with the start)
+#   step v2       the s45 chain with the weights as the MMA's M (BF16 and FP8) against today's chain
 #   step NAME     NAME = share-counts or block-counts: the s44 patch applied to a copy of the tree, its probe
 #                 (under a timeout: a hung kernel costs 3 minutes, not the call), the GPU suite, `farm bench ar`
 # Before the first call, on the CPU box (the device gets the tree without .git):
@@ -10,7 +11,7 @@
 # Each call: prefix from the summary (pip install of .carry-small, PYTHONPATH, init-checkpoint into out/ck), then
 #   bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
 set -u
-step=${1:?step: probes, share-counts or block-counts}
+step=${1:?step: probes, v2, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 case "$step" in
@@ -18,6 +19,10 @@ probes)
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-swap-stream-probe.py > "$OUT/s45-fp8-swap-stream.log" 2>&1
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-split-product-probe.py > "$OUT/s45-fp8-split-product.log" 2>&1
     timeout 150 python3 $m/2026-12-04-cpu-s44-split-product-probe.py > "$OUT/s44-split-product.log" 2>&1
+    ;;
+v2)
+    timeout 300 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s45-chain-v2.log"
     ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
