@@ -14,6 +14,9 @@ signal warp and helpers imported from it, and these differences:
   robin; each part's FP32 sum is stored, and the program that stores a tile's last part (an acq_rel count per
   tile) adds the parts in a fixed order (((p0 + p1) + p2) + p3) and runs the epilogue: repeatable and
   row-invariant, not today's bits;
+- an item's k-tiles fill whole weight slots (FP8: an even number), which yue2-3b's shapes and splits do (a shape
+  that did not would put the rings out of step: `…-cpu-s45-chain-v2-protocol-sim.py`, which runs this kernel's
+  protocol with threads, hung on one);
 - the gate/up rows are paired in blocks of 8 (8 gate rows, then their 8 up rows: `pair_rows8`), so that a thread
   holds a gate value and its up value (accumulator rows r and r + 8);
 - the epilogue stores the transposed tile (out[activation row, output]) and each warp's sum of squares over its 16
