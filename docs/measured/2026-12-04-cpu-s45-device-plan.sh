@@ -1,19 +1,40 @@
 #!/usr/bin/env bash
 # The next device time's runs, prepared on the CPU box in session s45 (no device was lent in s44's last hours or
 # in s45). One step per device call, each well inside the 600 s a call may run; logs go to $OUT.
-#   step probes   the s45 FP8 stream and product probes and the s44 split-product probe (~4 min with the start)
-#   step v2       the s45 chain with the weights as the MMA's M (BF16 and FP8) against today's chain
-#   step NAME     NAME = share-counts or block-counts: the s44 patch applied to a copy of the tree, its probe
-#                 (under a timeout: a hung kernel costs 3 minutes, not the call), the GPU suite, `farm bench ar`
-# Before the first call, on the CPU box (the device gets the tree without .git):
+#   step probes        the s45 FP8 stream and product probes and the s44 split-product probe (~4 min)
+#   step v2            the s45 chain with the weights as the MMA's M (BF16 and FP8) against today's chain
+#   step v2-engine     …-s45-chain-v2-engine.patch (that chain in the engine, $YUE2_FARM_LAYER_CHAIN=swapped):
+#                      the GPU suite, then `farm bench ar`, with the swapped kernel
+#   step share-counts  …-s44-chain-share-counts.patch: its probe (under a timeout: a hung kernel costs 3 minutes,
+#   step block-counts  not the call), the GPU suite, `farm bench ar`; the same for …-s44-chain-block-counts.patch
+# Each patch is applied to a copy of the tree (/tmp/try-STEP; out/ is linked), so the tree itself stays as it is.
+# Before the first share/block-counts call, on the CPU box (the device gets the tree without .git):
 #   git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py   (untracked: it travels; delete it
 #   before committing). It is the committed chain before s44's patches, which the share-counts probe compares to.
-# Each call: prefix from the summary (pip install of .carry-small, PYTHONPATH, init-checkpoint into out/ck), then
-#   bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
+# Each call: the usual prefix (pip install of .carry-small, PYTHONPATH=/tmp/site:$PWD, init-checkpoint into out/ck),
+#   then: bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
 set -u
-step=${1:?step: probes, v2, share-counts or block-counts}
+step=${1:?step: probes, v2, v2-engine, share-counts or block-counts}
 here=$PWD
 m=docs/measured
+
+patched_copy() {        # $1: the patch; leaves the shell in the patched copy, PYTHONPATH pointing there
+    try=/tmp/try-$step
+    rm -rf "$try" && mkdir -p "$try"
+    tar --exclude=./out --exclude=./.carry --exclude=./.fa4a --exclude=./.fa4b -cf - . | tar -xf - -C "$try"
+    ln -s "$here/out" "$try/out"
+    cd "$try" || exit 2
+    (git apply "$1" || patch -p1 < "$1") > "$OUT/s45-$step-apply.log" 2>&1 || exit 2
+    export PYTHONPATH="${PYTHONPATH/$here/$try}"
+}
+
+suite_and_bench() {
+    FARM_GPU_CKPT=out/ck timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
+        > "$OUT/s45-$step-gpu-tests.log" 2>&1
+    timeout 150 python3 -m farm bench ar --model out/ck --device cuda --json "$OUT/s45-$step-bench-ar.json" \
+        > "$OUT/s45-$step-bench-ar.log" 2>&1
+}
+
 case "$step" in
 probes)
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-swap-stream-probe.py > "$OUT/s45-fp8-swap-stream.log" 2>&1
@@ -24,22 +45,17 @@ v2)
     timeout 300 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
     echo "probe rc $?" >> "$OUT/s45-chain-v2.log"
     ;;
+v2-engine)
+    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch"
+    export YUE2_FARM_LAYER_CHAIN=swapped
+    suite_and_bench
+    ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
-    try=/tmp/try-$step
-    rm -rf "$try" && mkdir -p "$try"
-    tar --exclude=./out --exclude=./.carry --exclude=./.fa4a --exclude=./.fa4b -cf - . | tar -xf - -C "$try"
-    ln -s "$here/out" "$try/out"
-    cd "$try" || exit 2
-    (git apply "$m/2026-12-04-cpu-s44-chain-$step.patch" || patch -p1 < "$m/2026-12-04-cpu-s44-chain-$step.patch") \
-        > "$OUT/s45-$step-apply.log" 2>&1 || exit 2
-    export PYTHONPATH="${PYTHONPATH/$here/$try}"
+    patched_copy "$m/2026-12-04-cpu-s44-chain-$step.patch"
     timeout 180 python3 $m/2026-12-04-cpu-s44-chain-share-counts-probe.py > "$OUT/s45-$step-probe.log" 2>&1
     echo "probe rc $?" >> "$OUT/s45-$step-probe.log"
-    FARM_GPU_CKPT=out/ck timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
-        > "$OUT/s45-$step-gpu-tests.log" 2>&1
-    timeout 150 python3 -m farm bench ar --model out/ck --device cuda --json "$OUT/s45-$step-bench-ar.json" \
-        > "$OUT/s45-$step-bench-ar.log" 2>&1
+    suite_and_bench
     ;;
 *)
     echo "unknown step $step"; exit 2 ;;
