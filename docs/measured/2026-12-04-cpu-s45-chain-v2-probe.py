@@ -320,14 +320,21 @@ def layer_chain_v2(wo, wgu, wd, wq, xa, xh, xg, xn, a_res, h_out, g_out, x_out, 
 
 # ---- host side ---------------------------------------------------------------------------------------------------
 
+def _as_bytes(fn, w: torch.Tensor) -> torch.Tensor:
+    """fn applied to w, an e4m3 tensor moved as bytes (not every torch build indexes float8 tensors)."""
+    if w.dtype == torch.float8_e4m3fn:
+        return fn(w.view(torch.uint8)).view(w.dtype)
+    return fn(w)
+
+
 def pair_rows8(gate_up: torch.Tensor) -> torch.Tensor:
     """[gate; up] ([2I, H]) -> blocks of 16 rows: 8 gate rows, then the same outputs' 8 up rows."""
-    return gate_up.unflatten(0, (2, -1, 8)).transpose(0, 1).flatten(0, 2).contiguous()
+    return _as_bytes(lambda t: t.unflatten(0, (2, -1, 8)).transpose(0, 1).flatten(0, 2).contiguous(), gate_up)
 
 
 def permute_columns(w: torch.Tensor) -> torch.Tensor:
     """Each 128-column k-tile's columns in the order of the MMA's A fragment (`…-s45-fp8-swap-stream-probe.py`)."""
-    return w.unflatten(-1, (-1, 128))[..., FP8_PROBE.COL_OF].flatten(-2).contiguous()
+    return _as_bytes(lambda t: t.unflatten(-1, (-1, 128))[..., FP8_PROBE.COL_OF].flatten(-2).contiguous(), w)
 
 
 def _const(g, fp8, nxt=True):

@@ -197,7 +197,8 @@ def main() -> None:
     for name, (n, k) in PRODUCTS.items():
         mats = [torch.randn(n, k, device="cuda", dtype=torch.bfloat16) * k ** -0.5 for _ in range(28)]
         fp8 = [quant.quantize_fp8(m) for m in mats]
-        permuted = [v.view(n, k // 128, 128)[:, :, col_of].reshape(n, k).contiguous() for v, _ in fp8]
+        permuted = [v.view(torch.uint8).view(n, k // 128, 128)[:, :, col_of].reshape(n, k).contiguous().view(v.dtype)
+                    for v, _ in fp8]    # moved as bytes: not every torch build indexes float8 tensors
         xk = x[:, :k].contiguous()
         res = torch.randn(ROWS, n, device="cuda", dtype=torch.bfloat16)
         for label, setting in SETTINGS[name].items():

@@ -252,7 +252,8 @@ def main() -> None:
     g = torch.cuda.get_device_properties(0).multi_processor_count
     w = torch.randn(ROWS, COLS, device="cuda", dtype=torch.bfloat16)
     w8 = w.to(torch.float8_e4m3fn)
-    w8p = w8.view(ROWS, COLS // 128, 128)[:, :, COL_OF].reshape(ROWS, COLS).contiguous()
+    w8p = w8.view(torch.uint8).view(ROWS, COLS // 128, 128)[:, :, COL_OF].reshape(ROWS, COLS).contiguous().view(
+        torch.float8_e4m3fn)            # moved as bytes: not every torch build indexes float8 tensors
     scale = torch.rand(ROWS, device="cuda") + 0.5
     x = torch.randn(32, COLS, device="cuda", dtype=torch.bfloat16)
     x8 = x.to(torch.float8_e4m3fn)
