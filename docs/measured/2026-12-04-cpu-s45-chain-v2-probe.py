@@ -25,12 +25,14 @@ signal warp and helpers imported from it, and these differences:
   (`…-s45-fp8-swap-stream-probe.py`); the consumer loads a k-tile into registers, widens it to BF16, multiplies by
   the norm weight where an RMSNorm comes first (gate/up, q/k/v: in BF16, the rounding of a BF16 matrix with the
   norm folded in), frees the slot and multiplies; the output channel's scale multiplies the FP32 sum.
-The probe: 28 layers of yue2-3b shapes at 32 rows, random weights; today's chain (`layer_chain.chain`), this
-chain in BF16, and in FP8; each against FP32 of its own weights (max and mean abs of the 28th layer's output, and
-of the same BF16 maths through `layer_chain.reference`), repeatability, counters back at zero, spins that gave up;
-then µs per layer in a CUDA graph, three rounds.
+The probe: 28 layers of yue2-3b shapes at 32 rows, random weights; today's chain (`layer_chain.chain`), and this
+chain in BF16 and in FP8, each with K in 4/1/4/2 parts (o, gate/up, down, q/k/v) and in 2/1/2/1 (half the
+fix-ups, q/k/v on 64 programs); each against FP32 of its own weights (max and mean abs of the 28th layer's output
+and q/k/v), row 0 run alone against row 0 of the 32 (the same bits: batch invariance), repeatability, counters
+back at zero, spins that gave up; then µs per layer in a CUDA graph, three rounds.
 Run on an H200 from the repository root: python docs/measured/2026-12-04-cpu-s45-chain-v2-probe.py
-`--compile-only` (Triton 3.6, any box): compiles both formats for sm_90, prints shared memory and registers."""
+`--compile-only` (Triton 3.6, any box): compiles every setting for sm_90, prints shared memory and registers."""
+import functools
 import importlib.util
 import pathlib
 import sys
@@ -58,7 +60,8 @@ def _stream_probe():
 FP8_PROBE = _stream_probe()
 STORAGE = FP8_PROBE.STORAGE
 H, I, Q, L, EPS = 2048, 6144, 4096, 28, 1e-6
-SPLITS = dict(SPLIT_O=4, SPLIT_GU=1, SPLIT_D=4, SPLIT_Q=2)
+SPLITS = (4, 1, 4, 2)      # K parts of o, gate/up, down, q/k/v
+FEWER = (2, 1, 2, 1)       # half the fix-ups, and q/k/v on 64 programs
 XR = gl.constexpr(32)       # activation rows: the step's slots
 
 
@@ -337,8 +340,9 @@ def permute_columns(w: torch.Tensor) -> torch.Tensor:
     return _as_bytes(lambda t: t.unflatten(-1, (-1, 128))[..., FP8_PROBE.COL_OF].flatten(-2).contiguous(), w)
 
 
-def _const(g, fp8, nxt=True):
-    return dict(H=H, I=I, Q=Q, **SPLITS, STAGES=7, XSTAGES=4, G=g, NEXT=nxt, FP8=fp8)
+def _const(g, fp8, nxt=True, splits=SPLITS):
+    return dict(H=H, I=I, Q=Q, **dict(zip(("SPLIT_O", "SPLIT_GU", "SPLIT_D", "SPLIT_Q"), splits)), STAGES=7,
+                XSTAGES=4, G=g, NEXT=nxt, FP8=fp8)
 
 
 def compile_only() -> None:
@@ -351,11 +355,11 @@ def compile_only() -> None:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     ptxas = pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
-    for fp8 in (False, True):
+    for fp8, splits in ((False, SPLITS), (True, SPLITS), (False, FEWER), (True, FEWER)):
         wt = "fp8e4nv" if fp8 else "bf16"
         wl = gl.NVMMASharedLayout.get_default_for([64, 128], gl.float8e4nv if fp8 else gl.bfloat16)
         xl = gl.NVMMASharedLayout.get_default_for([32, 128], gl.bfloat16)
-        const = _const(132, fp8)
+        const = _const(132, fp8, splits=splits)
         sig = {**{w: f"tensordesc<{wt}[64, 128],{wl!r}>" for w in ("wo", "wgu", "wd", "wq")},
                **{x: f"tensordesc<bf16[32, 128],{xl!r}>" for x in ("xa", "xh", "xg", "xn")},
                **{p: "*bf16" for p in ("a_res", "h_out", "g_out", "x_out", "q_out", "nw_h", "nw_x")},
@@ -371,7 +375,7 @@ def compile_only() -> None:
                                   capture_output=True, text=True).stderr
         facts = [line.split(":", 1)[-1].strip() for line in info.splitlines()
                  if re.search(r"registers|spill|wgmma", line)]
-        print(f"{'fp8' if fp8 else 'bf16'}: shared {k.metadata.shared // 1024} KB, wgmma "
+        print(f"{'fp8' if fp8 else 'bf16'}, K parts {splits}: shared {k.metadata.shared // 1024} KB, wgmma "
               f"{k.asm['ptx'].count('wgmma.mma_async')}; {facts}", flush=True)
 
 
@@ -421,8 +425,7 @@ def main() -> None:
                                for (v_o, s_o), (v_gu, s_gu), (v_d, s_d), (v_q, s_q), nw_gu, nw_q in fp8_layers])
     state = layer_chain.words(dev)
     v2_state = torch.zeros(6, dtype=torch.int32, device=dev)
-    parts = torch.empty(max(H // 64 * SPLITS["SPLIT_O"], Q // 64 * SPLITS["SPLIT_Q"], H // 64 * SPLITS["SPLIT_D"])
-                        * 64 * 32, device=dev)
+    parts = torch.empty(max(H // 64 * SPLITS[0], Q // 64 * SPLITS[3], H // 64 * SPLITS[2]) * 64 * 32, device=dev)
     tcount = torch.zeros(max(H, Q) // 64, dtype=torch.int32, device=dev)
     wl = {fp8: gl.NVMMASharedLayout.get_default_for([64, 128], gl.float8e4nv if fp8 else gl.bfloat16)
           for fp8 in (False, True)}
@@ -444,7 +447,7 @@ def main() -> None:
         return out
     v2 = {fp8: v2_weights(fp8) for fp8 in (False, True)}
 
-    def v2_layer(fp8, n, a, x):
+    def v2_layer(fp8, splits, n, a, x):
         m = x.shape[0]
         descs, scales, norms = v2[fp8][n]
         h_out, g_out, x_out = (torch.empty(m, k, dtype=x.dtype, device=dev) for k in (H, I, H))
@@ -453,7 +456,7 @@ def main() -> None:
         layer_chain_v2[(g,)](*descs, *(TensorDescriptor.from_tensor(v, [32, 128], xl) for v in (a, h_out, g_out,
                                                                                               x_out)),
                              x, h_out, g_out, x_out, q_out, sq_h, sq_x, parts, tcount, v2_state[1:6], v2_state[0:1],
-                             *scales, *norms, m, EPS, **_const(g, fp8), num_warps=4, launch_pdl=True, maxnreg=168)
+                             *scales, *norms, m, EPS, **_const(g, fp8, splits=splits), num_warps=4, launch_pdl=True, maxnreg=168)
         return x_out, q_out
 
     def run(step, rows=32):
@@ -468,9 +471,11 @@ def main() -> None:
     def today(n, a, x):
         return layer_chain.chain(a, x, *paired[n], EPS, state)
 
-    steps = {"today's chain (bf16)": (today, want_bf16),
-             "v2: weights as M, K split (bf16)": (lambda *a: v2_layer(False, *a), want_bf16),
-             "v2: weights as M, K split (fp8 W8A16)": (lambda *a: v2_layer(True, *a), want_fp8)}
+    steps = {"today's chain (bf16)": (today, want_bf16)}
+    for fp8, fmt in ((False, "bf16"), (True, "fp8 W8A16")):
+        for splits in (SPLITS, FEWER):
+            steps[f"v2, K parts {'/'.join(map(str, splits))} ({fmt})"] = (
+                functools.partial(v2_layer, fp8, splits), want_fp8 if fp8 else want_bf16)
     kernels = {name: run(step) for name, (step, _) in steps.items()}
     for name, (step, want) in steps.items():
         try:
@@ -482,7 +487,7 @@ def main() -> None:
             print(f"{name}: {type(e).__name__}: {str(e)[:300]}", flush=True)
             continue
         d = (first.float() - want).abs()
-        print(f"{name:40} the 28th layer's output and q/k/v vs FP32 of its weights: max abs {d.max().item():.4f}, "
+        print(f"{name:34} the 28th layer's output and q/k/v vs FP32 of its weights: max abs {d.max().item():.4f}, "
               f"mean abs {d.mean().item():.5f}; repeatable {torch.equal(first, again)}; row 0 alone the same bits "
               f"{torch.equal(alone[0], first[0])}; spins that gave up "
               f"{int(state[0])} / {int(v2_state[0])}; v2 counters {v2_state[1:].tolist()}, tile counters zero "
@@ -490,7 +495,7 @@ def main() -> None:
     for rnd in range(3):
         for name, fn in kernels.items():
             try:
-                print(f"round {rnd} {name:40} {_time_graph(fn) / L * 1e6:6.2f} µs per layer", flush=True)
+                print(f"round {rnd} {name:34} {_time_graph(fn) / L * 1e6:6.2f} µs per layer", flush=True)
             except Exception as e:  # noqa: BLE001
                 print(f"round {rnd} {name}: {type(e).__name__}: {str(e)[:200]}", flush=True)
 

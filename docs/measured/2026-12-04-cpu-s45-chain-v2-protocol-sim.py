@@ -11,7 +11,8 @@ Checked: nothing deadlocks; no ring slot is overwritten while the consumer still
 what was copied into it); an activation k-tile is copied only after every tile of the product before was stored;
 a split tile is summed only once all its parts are stored, and stored exactly once; the down residual and the norm
 factors are read only after every o (or down) tile was stored; after every launch every counter is zero. Launches
-share one state, with grids of 2-40 programs, BF16 (PER 1) and FP8 (PER 2) rings, with and without q/k/v.
+share one state, with grids of 2-40 programs, BF16 (PER 1) and FP8 (PER 2) rings, K in 4/1/4/2 and 2/1/2/1 parts,
+with and without q/k/v.
 What it cannot check: the memory model and Gluon's lowering.
 Run anywhere: python docs/measured/2026-12-04-cpu-s45-chain-v2-protocol-sim.py"""
 import importlib.util
@@ -207,14 +208,14 @@ def main():
     # needs every item's k-tiles to fill whole slots, which yue2-3b's shapes do.)
     for (H, I, Q), grids in (((1024, 1024, 1024), (7, 5, 3, 9, 2)), ((1024, 1024, 512), (40, 33, 17))):
         mem = Memory(5 + max(H, Q) // 64)
-        for n, G in enumerate(grids * 2):
-            PER, NEXT = (2 if n % 2 else 1), n % 3 != 2
+        for n, G in enumerate(grids * 4):
+            PER, NEXT, splits = (2 if n % 2 else 1), n % 3 != 2, ((4, 1, 4, 2), (2, 1, 2, 1))[n // len(grids) % 2]
             errors = []
             t0 = time.time()
-            launch(mem, G, H, I, Q, (4, 1, 4, 2), PER, STAGES=4, XSTAGES=3, NEXT=NEXT, errors=errors)
+            launch(mem, G, H, I, Q, splits, PER, STAGES=4, XSTAGES=3, NEXT=NEXT, errors=errors)
             zero = not any(mem.words)
-            print(f"H {H}, I {I}, launch {n:2}: {G:2} programs, PER {PER}, NEXT {NEXT!s:5}: {time.time() - t0:5.2f} s, "
-                  f"{len(errors)} errors, every counter zero: {zero}", flush=True)
+            print(f"H {H}, Q {Q}, launch {n:2}: {G:2} programs, K parts {splits}, PER {PER}, NEXT {NEXT!s:5}: "
+                  f"{time.time() - t0:5.2f} s, {len(errors)} errors, every counter zero: {zero}", flush=True)
             for e in errors[:5]:
                 print("   ", e)
             assert not errors and zero
