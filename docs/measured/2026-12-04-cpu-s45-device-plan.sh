@@ -42,7 +42,7 @@ probes)
     timeout 150 python3 $m/2026-12-04-cpu-s44-split-product-probe.py > "$OUT/s44-split-product.log" 2>&1
     ;;
 v2)
-    timeout 300 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
+    timeout 240 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
     echo "probe rc $?" >> "$OUT/s45-chain-v2.log"
     ;;
 v2-engine)

@@ -219,7 +219,7 @@ def main() -> None:
                               maxnreg=168)
             try:
                 one(wdescs[0])
-                torch.cuda.synchronize()
+                STREAM_PROBE.finish_or_exit(f"{name} {label}")
                 err = (out.float() - want).abs().max().item()
                 first = out.clone()
                 one(wdescs[0])
