@@ -456,7 +456,8 @@ def main() -> None:
         layer_chain_v2[(g,)](*descs, *(TensorDescriptor.from_tensor(v, [32, 128], xl) for v in (a, h_out, g_out,
                                                                                               x_out)),
                              x, h_out, g_out, x_out, q_out, sq_h, sq_x, parts, tcount, v2_state[1:6], v2_state[0:1],
-                             *scales, *norms, m, EPS, **_const(g, fp8, splits=splits), num_warps=4, launch_pdl=True, maxnreg=168)
+                             *scales, *norms, m, EPS, **_const(g, fp8, splits=splits), num_warps=4, launch_pdl=True,
+                             maxnreg=168)
         return x_out, q_out
 
     def run(step, rows=32):
