@@ -2,7 +2,8 @@
 # The next device time's runs, prepared on the CPU box in session s45 (no device was lent in s44's last hours or
 # in s45). One step per device call, each well inside the 600 s a call may run; logs go to $OUT.
 #   step probes        the s45 FP8 stream and product probes and the s44 split-product probe (~4 min)
-#   step v2            the s45 chain with the weights as the MMA's M (BF16 and FP8) against today's chain
+#   step v2            the s45 chain with the weights as the MMA's M (BF16 and FP8) against today's chain; its
+#                      kernel comes with …-s45-chain-v2-engine.patch, applied to a copy
 #   step v2-engine     …-s45-chain-v2-engine.patch (that chain in the engine, $YUE2_FARM_LAYER_CHAIN=swapped):
 #                      the GPU suite, then `farm bench ar`, with the swapped kernel
 #   step share-counts  …-s44-chain-share-counts.patch: its probe (under a timeout: a hung kernel costs 3 minutes,
@@ -42,6 +43,7 @@ probes)
     timeout 150 python3 $m/2026-12-04-cpu-s44-split-product-probe.py > "$OUT/s44-split-product.log" 2>&1
     ;;
 v2)
+    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch"
     timeout 240 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
     echo "probe rc $?" >> "$OUT/s45-chain-v2.log"
     ;;
