@@ -2,20 +2,23 @@
 weights widened in registers, against today's chain (2026-12-04, session s45; written on the CPU box, where no device
 was lent; not run).
 The kernel is `stages/_layer_chain_v2_gluon.py` of `…-cpu-s45-chain-v2-engine.patch` (its docstring says what it
-changes against today's chain and why), so this probe runs on the tree with that patch applied: BF16 through the
-engine's launch (`layer_chain._launch(..., swapped=True)`), FP8 through the kernel itself (the engine does not feed
-it FP8 weights yet): e4m3 values and per-row scales from `quant.quantize_fp8`, gate/up rows paired in blocks of 8,
-every 128-wide k-tile's columns permuted into the MMA's A-fragment order, the RMSNorm weights before gate/up and
-q/k/v permuted alike.
+changes against today's chain and why), so this probe runs on the tree with that patch applied, and since s46 (before
+the probe ever ran) with `…-cpu-s46-chain-w8a16-engine.patch` on top: BF16 through the engine's launch
+(`layer_chain._launch(..., swapped=True)`), FP8 through the kernel itself, its weights laid out by the engine's
+helpers (`layer_chain_w8a16`): e4m3 values and per-row scales from `quant.quantize_fp8`, gate/up rows paired in
+blocks of 8, every 128-wide k-tile's columns permuted into the MMA's A-fragment order, the RMSNorm weights before
+gate/up and q/k/v permuted alike.
 What it runs: 28 layers of yue2-3b shapes at 32 rows, random weights; today's chain, and this chain in BF16 and in
-FP8, each with K in 4/1/4/2 parts (o, gate/up, down, q/k/v) and in 2/1/2/1 (half the fix-ups, but o, down and
-q/k/v on 64 programs: the pair prices the fix-ups); each against FP32 of its own weights (max and mean abs of the
-28th layer's output and q/k/v), row 0 run alone against row 0 of the 32 (the same bits: batch invariance),
+FP8, each with K in 4/1/4/2 parts (o, gate/up, down, q/k/v), in 2/1/2/1 (half the fix-ups, but o, down and
+q/k/v on 64 programs: the pair prices the fix-ups) and whole (no fix-ups; added in s46); each against FP32 of its
+own weights (max and mean abs of the 28th layer's output and q/k/v), row 0 run alone against row 0 of the 32 (the
+same bits: batch invariance),
 repeatability, counters back at zero, spins that gave up; then µs per layer in a CUDA graph, three rounds. A kernel
 that has not finished 20 s after its first launch is called a hang and the probe leaves.
-Run on an H200 from the repository root, the patch applied (`…-cpu-s45-device-plan.sh v2` applies it to a copy):
+Run on an H200 from the repository root, the patches applied (`…-cpu-s45-device-plan.sh v2` applies them to a
+copy):
 python docs/measured/2026-12-04-cpu-s45-chain-v2-probe.py
-`--compile-only` (Triton 3.6, any box, the patch applied): compiles every setting for sm_90, prints shared memory
+`--compile-only` (Triton 3.6, any box, the patches applied): compiles every setting for sm_90, prints shared memory
 and registers."""
 import functools
 import importlib.util
@@ -29,7 +32,8 @@ sys.path.insert(0, ".")
 try:
     from stages import _layer_chain_v2_gluon as v2k  # noqa: E402
 except ImportError as e:
-    raise SystemExit(f"{e}: apply docs/measured/2026-12-04-cpu-s45-chain-v2-engine.patch first") from None
+    raise SystemExit(f"{e}: apply docs/measured/2026-12-04-cpu-s45-chain-v2-engine.patch and "
+                     "docs/measured/2026-12-05-cpu-s46-chain-w8a16-engine.patch first") from None
 
 
 def _stream_probe():
@@ -45,27 +49,9 @@ FP8_PROBE = _stream_probe()          # its hang guard
 H, I, Q, L, EPS = 2048, 6144, 4096, 28, 1e-6
 SPLITS = (4, 1, 4, 2)      # K parts of o, gate/up, down, q/k/v (the patch's SWAPPED)
 FEWER = (2, 1, 2, 1)       # half the fix-ups, and o, down and q/k/v on 64 programs
-
-
-# ---- host side ---------------------------------------------------------------------------------------------------
-
-def _as_bytes(fn, w: torch.Tensor) -> torch.Tensor:
-    """fn applied to w, an e4m3 tensor moved as bytes (not every torch build indexes float8 tensors)."""
-    if w.dtype == torch.float8_e4m3fn:
-        return fn(w.view(torch.uint8)).view(w.dtype)
-    return fn(w)
-
-
-def pair_rows8(gate_up: torch.Tensor) -> torch.Tensor:
-    """`layer_chain.pair_rows(gate_up, 8)`, for e4m3 values too."""
-    from stages import layer_chain
-
-    return _as_bytes(lambda t: layer_chain.pair_rows(t, 8), gate_up)
-
-
-def permute_columns(w: torch.Tensor) -> torch.Tensor:
-    """Each 128-column k-tile's columns in the order of the MMA's A fragment (`…-s45-fp8-swap-stream-probe.py`)."""
-    return _as_bytes(lambda t: t.unflatten(-1, (-1, 128))[..., v2k.COL_OF].flatten(-2).contiguous(), w)
+# no fix-ups: o and down on 32 programs, q/k/v on 64, the others' weight warps filling their rings with the next
+# product's tiles meanwhile (added in s46, before the probe ever ran)
+NONE = (1, 1, 1, 1)
 
 
 def _const(g, fp8, nxt=True, splits=SPLITS):
@@ -83,7 +69,7 @@ def compile_only() -> None:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     ptxas = pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
-    for fp8, splits in ((False, SPLITS), (True, SPLITS), (False, FEWER), (True, FEWER)):
+    for fp8, splits in ((False, SPLITS), (True, SPLITS), (False, FEWER), (True, FEWER), (False, NONE), (True, NONE)):
         wt = "fp8e4nv" if fp8 else "bf16"
         wl = gl.NVMMASharedLayout.get_default_for([64, 128], gl.float8e4nv if fp8 else gl.bfloat16)
         xl = gl.NVMMASharedLayout.get_default_for([32, 128], gl.bfloat16)
@@ -110,16 +96,16 @@ def compile_only() -> None:
 def main() -> None:
     from dataclasses import replace
 
-    from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
-
     from farm.bench.ar import _time_graph
-    from stages import layer_chain, quant
+    from stages import layer_chain, layer_chain_w8a16 as w8a16, quant
 
     torch.manual_seed(0)
     dev = torch.device("cuda")
     g = torch.cuda.get_device_properties(dev).multi_processor_count
-    print(f"{torch.cuda.get_device_name()}, {g} programs; the swapped kernel runs here: "
-          f"{layer_chain.supported(dev, H, I, Q, layer_chain.SWAPPED)}", flush=True)
+    runs = {(fp8, s): layer_chain.supported(dev, H, I, Q, replace(layer_chain.SWAPPED, splits=s), fp8=fp8)
+            for fp8 in (False, True) for s in (SPLITS, FEWER, NONE)}
+    print(f"{torch.cuda.get_device_name()}, {g} programs; the swapped kernel runs here (else the settings time the "
+          f"torch reference): {runs}", flush=True)
 
     def w(n, k):
         return torch.randn(n, k, device=dev, dtype=torch.bfloat16) * k ** -0.5
@@ -156,31 +142,17 @@ def main() -> None:
                                 (v_d.float() * s_d[:, None]), (v_q.float() * s_q[:, None]) * nw_q.float())
                                for (v_o, s_o), (v_gu, s_gu), (v_d, s_d), (v_q, s_q), nw_gu, nw_q in fp8_layers])
     state, v2_state = layer_chain.words(dev), layer_chain.words(dev)     # today's chain's; this chain's
-    parts = torch.empty(max(H // 64 * SPLITS[0], Q // 64 * SPLITS[3], H // 64 * SPLITS[2]) * 64 * 32, device=dev)
-    wl = gl.NVMMASharedLayout.get_default_for([64, 128], gl.float8e4nv)
-    xl = gl.NVMMASharedLayout.get_default_for([32, 128], gl.bfloat16)
-    bf16_v2 = [(o, pair_rows8(gu), dn, qkv) for o, gu, dn, qkv in bf16_layers]
+    bf16_v2 = [(o, layer_chain.pair_rows(gu, 8), dn, qkv) for o, gu, dn, qkv in bf16_layers]
     fp8_v2 = []
-    for (v_o, s_o), (v_gu, s_gu), (v_d, s_d), (v_q, s_q), nw_gu, nw_q in fp8_layers:
-        mats = [permute_columns(v_o), permute_columns(pair_rows8(v_gu)), permute_columns(v_d), permute_columns(v_q)]
-        fp8_v2.append(([TensorDescriptor.from_tensor(m, [64, 128], wl) for m in mats],
-                       [s_o, pair_rows8(s_gu[:, None])[:, 0].contiguous(), s_d, s_q],
-                       [permute_columns(nw_gu[None])[0], permute_columns(nw_q[None])[0]]))
+    for o, gu, dn, qkv, nw_gu, nw_q in fp8_layers:     # as the engine stores them (step_weights.for_chain, fp8)
+        mats = [(w8a16.permute_columns(v), s) for v, s in (o, w8a16.pair_rows(gu, 8), dn, qkv)]
+        fp8_v2.append([t for m in mats for t in m] + [w8a16.permute_columns(nw_gu), w8a16.permute_columns(nw_q)])
 
-    def v2_layer(fp8, splits, n, a, x):
-        if not fp8:     # the engine's launch of the patched tree
-            return layer_chain._launch(a, x, *bf16_v2[n], EPS, v2_state,
-                                       replace(layer_chain.SWAPPED, splits=splits), swapped=True)
-        m = x.shape[0]
-        descs, scales, norms = fp8_v2[n]
-        h_out, g_out, x_out = (torch.empty(m, k, dtype=x.dtype, device=dev) for k in (H, I, H))
-        q_out = torch.empty(m, Q, dtype=x.dtype, device=dev)
-        sq_h, sq_x = (torch.empty(H // 16, 32, dtype=torch.float32, device=dev) for _ in range(2))
-        v2k.layer_chain_v2[(g,)](
-            *descs, *(TensorDescriptor.from_tensor(v, [32, 128], xl) for v in (a, h_out, g_out, x_out)), x, h_out,
-            g_out, x_out, q_out, sq_h, sq_x, parts, v2_state[6:], v2_state[1:6], v2_state[0:1], *scales, *norms, m,
-            EPS, **_const(g, True, splits=splits), num_warps=4, launch_pdl=True, maxnreg=168)
-        return x_out, q_out
+    def v2_layer(fp8, splits, n, a, x):     # the engine's launches of the patched tree
+        tiling = replace(layer_chain.SWAPPED, splits=splits)
+        if fp8:
+            return w8a16._launch(a, x, *fp8_v2[n], EPS, v2_state, tiling)
+        return layer_chain._launch(a, x, *bf16_v2[n], EPS, v2_state, tiling, swapped=True)
 
     def run(step, rows=32):
         def all_layers():
@@ -196,7 +168,7 @@ def main() -> None:
 
     steps = {"today's chain (bf16)": (today, want_bf16)}
     for fp8, fmt in ((False, "bf16"), (True, "fp8 W8A16")):
-        for splits in (SPLITS, FEWER):
+        for splits in (SPLITS, FEWER, NONE):
             steps[f"v2, K parts {'/'.join(map(str, splits))} ({fmt})"] = (
                 functools.partial(v2_layer, fp8, splits), want_fp8 if fp8 else want_bf16)
     kernels = {name: run(step) for name, (step, _) in steps.items()}

@@ -6,26 +6,34 @@
 #                      kernel comes with …-s45-chain-v2-engine.patch, applied to a copy
 #   step v2-engine     …-s45-chain-v2-engine.patch (that chain in the engine, $YUE2_FARM_LAYER_CHAIN=swapped):
 #                      the GPU suite, then `farm bench ar`, with the swapped kernel
+#   step v2-fp8        (added in s46) that patch and …-s46-chain-w8a16-engine.patch on top (FP8 weights in the
+#                      swapped chain, the engine's FP8 step on Hopper): the GPU suite, `farm bench ar --format fp8`,
+#                      `farm bench song --format fp8` (~8 min)
 #   step share-counts  …-s44-chain-share-counts.patch: its probe (under a timeout: a hung kernel costs 3 minutes,
 #   step block-counts  not the call), the GPU suite, `farm bench ar`; the same for …-s44-chain-block-counts.patch
 # Each patch is applied to a copy of the tree (/tmp/try-STEP; out/ is linked), so the tree itself stays as it is.
+# Order: v2; v2-engine if v2 is right and faster; v2-fp8 if v2's FP8 rows are right and faster than its BF16 ones;
+# then probes, share-counts, block-counts (the last two patch today's chain: moot if v2 wins). ~36 minutes in all,
+# more than one session's 30: stop where the time ends and go on the next time.
 # Before the first share/block-counts call, on the CPU box (the device gets the tree without .git):
 #   git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py   (untracked: it travels; delete it
 #   before committing). It is the committed chain before s44's patches, which the share-counts probe compares to.
 # Each call: the usual prefix (pip install of .carry-small, PYTHONPATH=/tmp/site:$PWD, init-checkpoint into out/ck),
 #   then: bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
 set -u
-step=${1:?step: probes, v2, v2-engine, share-counts or block-counts}
+step=${1:?step: probes, v2, v2-engine, v2-fp8, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
-patched_copy() {        # $1: the patch; leaves the shell in the patched copy, PYTHONPATH pointing there
+patched_copy() {        # $@: the patches, in order; leaves the shell in the patched copy, PYTHONPATH pointing there
     try=/tmp/try-$step
     rm -rf "$try" && mkdir -p "$try"
     tar --exclude=./out --exclude=./.carry --exclude=./.fa4a --exclude=./.fa4b -cf - . | tar -xf - -C "$try"
     ln -s "$here/out" "$try/out"
     cd "$try" || exit 2
-    (git apply "$1" || patch -p1 < "$1") > "$OUT/s45-$step-apply.log" 2>&1 || exit 2
+    for p in "$@"; do
+        (git apply "$p" || patch -p1 < "$p") >> "$OUT/s45-$step-apply.log" 2>&1 || exit 2
+    done
     export PYTHONPATH="${PYTHONPATH/$here/$try}"
 }
 
@@ -51,6 +59,16 @@ v2-engine)
     patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch"
     export YUE2_FARM_LAYER_CHAIN=swapped
     suite_and_bench
+    ;;
+v2-fp8)
+    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
+    FARM_GPU_CKPT=out/ck timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
+        > "$OUT/s46-v2-fp8-gpu-tests.log" 2>&1
+    timeout 150 python3 -m farm bench ar --model out/ck --device cuda --format fp8 --rows 1 --rows 24 \
+        --json "$OUT/s46-v2-fp8-bench-ar.json" --summary "$OUT/s46-summary.json" > "$OUT/s46-v2-fp8-bench-ar.log" 2>&1
+    timeout 200 python3 -m farm bench song --model out/ck --device cuda --format fp8 \
+        --json "$OUT/s46-v2-fp8-bench-song.json" --summary "$OUT/s46-summary.json" \
+        > "$OUT/s46-v2-fp8-bench-song.log" 2>&1
     ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
