@@ -3,17 +3,19 @@
 # in s45). One step per device call, each well inside the 600 s a call may run; logs go to $OUT.
 #   step probes        the s45 FP8 stream and product probes and the s44 split-product probe (~4 min)
 #   step v2            the s45 chain with the weights as the MMA's M (BF16 and FP8) against today's chain; its
-#                      kernel comes with …-s45-chain-v2-engine.patch, applied to a copy
-#   step v2-engine     …-s45-chain-v2-engine.patch (that chain in the engine, $YUE2_FARM_LAYER_CHAIN=swapped):
-#                      the GPU suite, then `farm bench ar`, with the swapped kernel
-#   step v2-fp8        (added in s46) that patch and …-s46-chain-w8a16-engine.patch on top (FP8 weights in the
-#                      swapped chain, the engine's FP8 step on Hopper): the GPU suite, `farm bench ar --format fp8`,
-#                      `farm bench song --format fp8` (~8 min)
+#                      kernel comes with …-s45-chain-v2-engine.patch, and since s46 …-s46-chain-w8a16-engine.patch
+#                      goes on top (FP8 weights in that chain, in the engine), both applied to a copy
+#   step v2-engine     both patches, $YUE2_FARM_LAYER_CHAIN=swapped: the GPU suite (with the FP8 chain's test), then
+#                      `farm bench ar`, with the swapped kernel
+#   step v2-fp8        (added in s46) both patches: `farm bench ar --format fp8` at 1 and 24 rows and `farm bench song
+#                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min). FA4 does not travel
+#                      here, so the song's acoustic stage runs SDPA (~0.4 s slower than s44's 4.07 s): compare its
+#                      plan and semantic seconds with s44's 7.17 and 8.70
 #   step share-counts  …-s44-chain-share-counts.patch: its probe (under a timeout: a hung kernel costs 3 minutes,
 #   step block-counts  not the call), the GPU suite, `farm bench ar`; the same for …-s44-chain-block-counts.patch
 # Each patch is applied to a copy of the tree (/tmp/try-STEP; out/ is linked), so the tree itself stays as it is.
 # Order: v2; v2-engine if v2 is right and faster; v2-fp8 if v2's FP8 rows are right and faster than its BF16 ones;
-# then probes, share-counts, block-counts (the last two patch today's chain: moot if v2 wins). ~36 minutes in all,
+# then probes, share-counts, block-counts (the last two patch today's chain: moot if v2 wins). ~33 minutes in all,
 # more than one session's 30: stop where the time ends and go on the next time.
 # Before the first share/block-counts call, on the CPU box (the device gets the tree without .git):
 #   git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py   (untracked: it travels; delete it
@@ -51,19 +53,17 @@ probes)
     timeout 150 python3 $m/2026-12-04-cpu-s44-split-product-probe.py > "$OUT/s44-split-product.log" 2>&1
     ;;
 v2)
-    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch"
+    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
     timeout 240 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
     echo "probe rc $?" >> "$OUT/s45-chain-v2.log"
     ;;
 v2-engine)
-    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch"
+    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
     export YUE2_FARM_LAYER_CHAIN=swapped
     suite_and_bench
     ;;
 v2-fp8)
     patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
-    FARM_GPU_CKPT=out/ck timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
-        > "$OUT/s46-v2-fp8-gpu-tests.log" 2>&1
     timeout 150 python3 -m farm bench ar --model out/ck --device cuda --format fp8 --rows 1 --rows 24 \
         --json "$OUT/s46-v2-fp8-bench-ar.json" --summary "$OUT/s46-summary.json" > "$OUT/s46-v2-fp8-bench-ar.log" 2>&1
     timeout 200 python3 -m farm bench song --model out/ck --device cuda --format fp8 \
