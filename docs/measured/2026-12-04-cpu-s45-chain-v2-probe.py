@@ -10,9 +10,9 @@ blocks of 8, every 128-wide k-tile's columns permuted into the MMA's A-fragment 
 gate/up and q/k/v permuted alike.
 What it runs: 28 layers of yue2-3b shapes at 32 rows, random weights; today's chain, and this chain in BF16 and in
 FP8, each with K in 4/1/4/2 parts (o, gate/up, down, q/k/v), in 2/1/2/1 (half the fix-ups, but o, down and
-q/k/v on 64 programs: the pair prices the fix-ups) and whole (no fix-ups; added in s46); each against FP32 of its
-own weights (max and mean abs of the 28th layer's output and q/k/v), row 0 run alone against row 0 of the 32 (the
-same bits: batch invariance),
+q/k/v on 64 programs: the pair prices the fix-ups), whole (no fix-ups) and 4/2/4/2 (gate/up balanced over the
+programs; the last two added in s46); each against FP32 of its own weights (max and mean abs of the 28th layer's
+output and q/k/v), row 0 run alone against row 0 of the 32 (the same bits: batch invariance),
 repeatability, counters back at zero, spins that gave up; then µs per layer in a CUDA graph, three rounds. A kernel
 that has not finished 20 s after its first launch is called a hang and the probe leaves.
 Run on an H200 from the repository root, the patches applied (`…-cpu-s45-device-plan.sh v2` applies them to a
@@ -52,6 +52,8 @@ FEWER = (2, 1, 2, 1)       # half the fix-ups, and o, down and q/k/v on 64 progr
 # no fix-ups: o and down on 32 programs, q/k/v on 64, the others' weight warps filling their rings with the next
 # product's tiles meanwhile (added in s46, before the probe ever ran)
 NONE = (1, 1, 1, 1)
+# gate/up split too: its 192 tiles leave 60 of 132 programs a second tile; 384 halves are 2.9 a program (added in s46)
+BALANCED = (4, 2, 4, 2)
 
 
 def _const(g, fp8, nxt=True, splits=SPLITS):
@@ -69,7 +71,7 @@ def compile_only() -> None:
     from triton.experimental.gluon._runtime import GluonASTSource
 
     ptxas = pathlib.Path(triton.__file__).parent / "backends/nvidia/bin/ptxas"
-    for fp8, splits in ((False, SPLITS), (True, SPLITS), (False, FEWER), (True, FEWER), (False, NONE), (True, NONE)):
+    for fp8, splits in ((fp8, s) for s in (SPLITS, FEWER, NONE, BALANCED) for fp8 in (False, True)):
         wt = "fp8e4nv" if fp8 else "bf16"
         wl = gl.NVMMASharedLayout.get_default_for([64, 128], gl.float8e4nv if fp8 else gl.bfloat16)
         xl = gl.NVMMASharedLayout.get_default_for([32, 128], gl.bfloat16)
@@ -103,7 +105,7 @@ def main() -> None:
     dev = torch.device("cuda")
     g = torch.cuda.get_device_properties(dev).multi_processor_count
     runs = {(fp8, s): layer_chain.supported(dev, H, I, Q, replace(layer_chain.SWAPPED, splits=s), fp8=fp8)
-            for fp8 in (False, True) for s in (SPLITS, FEWER, NONE)}
+            for fp8 in (False, True) for s in (SPLITS, FEWER, NONE, BALANCED)}
     print(f"{torch.cuda.get_device_name()}, {g} programs; the swapped kernel runs here (else the settings time the "
           f"torch reference): {runs}", flush=True)
 
@@ -168,7 +170,7 @@ def main() -> None:
 
     steps = {"today's chain (bf16)": (today, want_bf16)}
     for fp8, fmt in ((False, "bf16"), (True, "fp8 W8A16")):
-        for splits in (SPLITS, FEWER, NONE):
+        for splits in (SPLITS, FEWER, NONE, BALANCED):
             steps[f"v2, K parts {'/'.join(map(str, splits))} ({fmt})"] = (
                 functools.partial(v2_layer, fp8, splits), want_fp8 if fp8 else want_bf16)
     kernels = {name: run(step) for name, (step, _) in steps.items()}
