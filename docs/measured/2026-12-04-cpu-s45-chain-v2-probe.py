@@ -3,8 +3,8 @@ weights widened in registers, against today's chain (2026-12-04, session s45; wr
 was lent; not run).
 The kernel is `stages/_layer_chain_v2_gluon.py` of `…-cpu-s45-chain-v2-engine.patch` (its docstring says what it
 changes against today's chain and why), so this probe runs on the tree with that patch applied, and since s46 (before
-the probe ever ran) with `…-cpu-s46-chain-w8a16-engine.patch` on top: BF16 through the engine's launch
-(`layer_chain._launch(..., swapped=True)`), FP8 through the kernel itself, its weights laid out by the engine's
+the probe ever ran) with `…-cpu-s46-chain-w8a16-engine.patch` on top: both formats through the engine's launches
+(`layer_chain._launch(..., swapped=True)`, `layer_chain_w8a16._launch`), the FP8 weights laid out by the engine's
 helpers (`layer_chain_w8a16`): e4m3 values and per-row scales from `quant.quantize_fp8`, gate/up rows paired in
 blocks of 8, every 128-wide k-tile's columns permuted into the MMA's A-fragment order, the RMSNorm weights before
 gate/up and q/k/v permuted alike.
