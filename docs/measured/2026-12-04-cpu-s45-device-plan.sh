@@ -7,23 +7,26 @@
 #                      goes on top (FP8 weights in that chain, in the engine), both applied to a copy
 #   step v2-engine     both patches, $YUE2_FARM_LAYER_CHAIN=swapped: the GPU suite (with the FP8 chain's test), then
 #                      `farm bench ar`, with the swapped kernel
+#   step v2-song       (added in s46) both patches, $YUE2_FARM_LAYER_CHAIN=swapped: `farm bench song` (~3 min)
 #   step v2-fp8        (added in s46) both patches: `farm bench ar --format fp8` at 1 and 24 rows and `farm bench song
-#                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min). FA4 does not travel
-#                      here, so the song's acoustic stage runs SDPA (~0.4 s slower than s44's 4.07 s): compare its
-#                      plan and semantic seconds with s44's 7.17 and 8.70
+#                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min)
+# FlashAttention-4 for the songs' acoustic stage (s44's 20.48 s ran it; SDPA costs ~0.4 s more) travels in two
+# halves, as the 64 MiB carry needs: the v2 call carries [".carry-small", ".fa4a"] and leaves part_a in out/, the
+# v2-engine call carries [".carry-small", ".fa4b"] and unpacks both into out/fa4site, which later calls on the same
+# machine find (out/ stays while the machine is held). On a fresh machine the songs run SDPA: each song log says which.
 #   step share-counts  …-s44-chain-share-counts.patch: its probe (under a timeout: a hung kernel costs 3 minutes,
 #   step block-counts  not the call), the GPU suite, `farm bench ar`; the same for …-s44-chain-block-counts.patch
 # Each patch is applied to a copy of the tree (/tmp/try-STEP; out/ is linked), so the tree itself stays as it is.
-# Order: v2; v2-engine if v2 is right and faster; v2-fp8 if v2's FP8 rows are right and faster than its BF16 ones;
-# then probes, share-counts, block-counts (the last two patch today's chain: moot if v2 wins). ~33 minutes in all,
-# more than one session's 30: stop where the time ends and go on the next time.
+# Order: v2; v2-engine if v2 is right and faster; then v2-song; v2-fp8 if v2's FP8 rows are right and faster than
+# its BF16 ones; then probes, share-counts, block-counts (the last two patch today's chain: moot if v2 wins). ~36
+# minutes in all, more than one session's 30: stop where the time ends and go on the next time.
 # Before the first share/block-counts call, on the CPU box (the device gets the tree without .git):
 #   git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py   (untracked: it travels; delete it
 #   before committing). It is the committed chain before s44's patches, which the share-counts probe compares to.
 # Each call: the usual prefix (pip install of .carry-small, PYTHONPATH=/tmp/site:$PWD, init-checkpoint into out/ck),
 #   then: bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
 set -u
-step=${1:?step: probes, v2, v2-engine, v2-fp8, share-counts or block-counts}
+step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -36,7 +39,23 @@ patched_copy() {        # $@: the patches, in order; leaves the shell in the pat
     for p in "$@"; do
         (git apply "$p" || patch -p1 < "$p") >> "$OUT/s45-$step-apply.log" 2>&1 || exit 2
     done
-    export PYTHONPATH="${PYTHONPATH/$here/$try}"
+    export PYTHONPATH="${PYTHONPATH//$here/$try}"     # every entry (out/fa4site too: out is linked)
+}
+
+fa4() {     # FlashAttention-4 on the path if its halves have reached this machine (see the header)
+    test -f "$here/.fa4a/part_a" && cp "$here/.fa4a/part_a" "$here/out/"
+    if [ ! -d "$here/out/fa4site" ] && [ -f "$here/out/part_a" ] && [ -f "$here/.fa4b/part_b" ]; then
+        cat "$here/out/part_a" "$here/.fa4b/part_b" | tar -xJ -C "$here/out"
+    fi
+    if [ -d "$here/out/fa4site" ]; then export PYTHONPATH="$here/out/fa4site:$PYTHONPATH"; fi
+}
+
+song() {    # $1: log name; the rest: farm bench song's options
+    local name=$1
+    shift
+    python3 -c "import flash_attn.cute; print('FlashAttention-4 importable')" > "$OUT/$name.log" 2>&1
+    timeout 200 python3 -m farm bench song --model out/ck --device cuda "$@" --json "$OUT/$name.json" \
+        --summary "$OUT/s46-summary.json" >> "$OUT/$name.log" 2>&1
 }
 
 suite_and_bench() {
@@ -53,22 +72,29 @@ probes)
     timeout 150 python3 $m/2026-12-04-cpu-s44-split-product-probe.py > "$OUT/s44-split-product.log" 2>&1
     ;;
 v2)
+    fa4
     patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
     timeout 240 python3 $m/2026-12-04-cpu-s45-chain-v2-probe.py > "$OUT/s45-chain-v2.log" 2>&1
     echo "probe rc $?" >> "$OUT/s45-chain-v2.log"
     ;;
 v2-engine)
+    fa4
     patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
     export YUE2_FARM_LAYER_CHAIN=swapped
     suite_and_bench
     ;;
+v2-song)
+    fa4
+    patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
+    export YUE2_FARM_LAYER_CHAIN=swapped
+    song s46-v2-bench-song
+    ;;
 v2-fp8)
+    fa4
     patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
     timeout 150 python3 -m farm bench ar --model out/ck --device cuda --format fp8 --rows 1 --rows 24 \
         --json "$OUT/s46-v2-fp8-bench-ar.json" --summary "$OUT/s46-summary.json" > "$OUT/s46-v2-fp8-bench-ar.log" 2>&1
-    timeout 200 python3 -m farm bench song --model out/ck --device cuda --format fp8 \
-        --json "$OUT/s46-v2-fp8-bench-song.json" --summary "$OUT/s46-summary.json" \
-        > "$OUT/s46-v2-fp8-bench-song.log" 2>&1
+    song s46-v2-fp8-bench-song --format fp8
     ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
