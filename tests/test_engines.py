@@ -203,6 +203,20 @@ def _layout(model):
     return BYTE_LAYOUT
 
 
+def test_the_layer_chain_takes_only_shapes_whose_tiles_fill_whole_weight_slots(monkeypatch):
+    """A 32-row weight slot holds two k-tiles of a 16-row tile: a product whose K is one k-tile would leave the
+    kernel's two rings out of step (a hang), so `supported` refuses such a shape and the op takes the reference
+    path. Checked on the CPU as if on Hopper with Gluon: a 128-wide model is refused for that rule alone, a
+    256-wide one and yue2-3b are taken."""
+    from stages import layer_chain
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(layer_chain, "_gluon", lambda: True)
+    hopper = torch.device("cuda")
+    assert layer_chain.supported(hopper, 2048, 6144, 4096) and layer_chain.supported(hopper, 256, 512, 512)
+    assert not layer_chain.supported(hopper, 128, 256, 256)
+
+
 @torch.inference_mode()
 def test_layer_chain_pairs_gate_and_up_rows():
     """The chain reads gate/up with its rows paired (gate n, then up n): pair_rows and unpair_rows are inverses,
