@@ -10,6 +10,10 @@
 #   step v2-song       (added in s46) both patches, $YUE2_FARM_LAYER_CHAIN=swapped: `farm bench song` (~3 min)
 #   step v2-fp8        (added in s46) both patches: `farm bench ar --format fp8` at 1 and 24 rows and `farm bench song
 #                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min)
+#   step decode        (added in s47) …-s47-decode-tf32x3.patch alone: the decoder's convolutions at FP32 accuracy on
+#                      tensor cores, its probe (every conv of a tile and a whole track against cuDNN FP32 / TF32
+#                      and FP64) and its GPU test (~4 min; it needs no checkpoint, so the init-checkpoint prefix
+#                      may be left out)
 # FlashAttention-4 for the songs' acoustic stage (s44's 20.48 s ran it; SDPA costs ~0.4 s more) travels in two
 # halves, as the 64 MiB carry needs: the v2 call carries [".carry-small", ".fa4a"] and leaves part_a in out/, the
 # v2-engine call carries [".carry-small", ".fa4b"] and unpacks both into out/fa4site, which later calls on the same
@@ -18,15 +22,15 @@
 #   step block-counts  not the call), the GPU suite, `farm bench ar`; the same for …-s44-chain-block-counts.patch
 # Each patch is applied to a copy of the tree (/tmp/try-STEP; out/ is linked), so the tree itself stays as it is.
 # Order: v2; v2-engine if v2 is right and faster; then v2-song; v2-fp8 if v2's FP8 rows are right and faster than
-# its BF16 ones; then probes, share-counts, block-counts (the last two patch today's chain: moot if v2 wins). ~36
-# minutes in all, more than one session's 30: stop where the time ends and go on the next time.
+# its BF16 ones; decode; then probes, share-counts, block-counts (the last two patch today's chain: moot if v2
+# wins). ~40 minutes in all, more than one session's 30: stop where the time ends and go on the next time.
 # Before the first share/block-counts call, on the CPU box (the device gets the tree without .git):
 #   git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py   (untracked: it travels; delete it
 #   before committing). It is the committed chain before s44's patches, which the share-counts probe compares to.
 # Each call: the usual prefix (pip install of .carry-small, PYTHONPATH=/tmp/site:$PWD, init-checkpoint into out/ck),
 #   then: bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
 set -u
-step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, share-counts or block-counts}
+step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -95,6 +99,14 @@ v2-fp8)
     timeout 150 python3 -m farm bench ar --model out/ck --device cuda --format fp8 --rows 1 --rows 24 \
         --json "$OUT/s46-v2-fp8-bench-ar.json" --summary "$OUT/s46-summary.json" > "$OUT/s46-v2-fp8-bench-ar.log" 2>&1
     song s46-v2-fp8-bench-song --format fp8
+    ;;
+decode)
+    patched_copy "$m/2026-12-05-cpu-s47-decode-tf32x3.patch"
+    timeout 360 python3 $m/2026-12-05-cpu-s47-conv-tf32x3-probe.py "$OUT/s47-conv-tf32x3.json" \
+        > "$OUT/s47-conv-tf32x3.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s47-conv-tf32x3.log"
+    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k "tf32x3 or tf32_decode or snake" \
+        > "$OUT/s47-decode-gpu-tests.log" 2>&1
     ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
