@@ -32,7 +32,7 @@ from stages.config import from_toml
 TILINGS = (tc.Tiling(128, 128, 32, 8, 3), tc.Tiling(128, 128, 32, 8, 4), tc.Tiling(128, 128, 16, 8, 4),
            tc.Tiling(64, 128, 32, 4, 4), tc.Tiling(64, 256, 32, 8, 3), tc.Tiling(128, 64, 32, 4, 3),
            tc.Tiling(256, 64, 32, 8, 3), tc.Tiling(64, 64, 32, 4, 4), tc.Tiling(128, 32, 32, 4, 3),
-           tc.Tiling(128, 16, 32, 4, 3))
+           tc.Tiling(128, 16, 32, 4, 3), tc.Tiling(128, 128, 64, 8, 2), tc.Tiling(128, 64, 64, 8, 3))
 TILE_FRAMES = 1056          # a 1,024-frame core and a 16-frame halo on each side
 
 
