@@ -89,13 +89,15 @@ def supported(device: torch.device, hidden: int, intermediate: int, qkv_rows: in
     """The kernel runs on Hopper (sm_90: warpgroup MMA and TMA) with Gluon, for shapes its tiles divide."""
     if device.type != "cuda" or torch.cuda.get_device_capability(device) != (9, 0) or not _gluon():
         return False
-    partial_sums = (hidden // t.bn_o, hidden // t.bn_d)     # the norms' partial sums: a power of two each
+    # the norms' partial sums: a power of two each, and at least 16 (the signal warp adds them 16 at a time; with
+    # fewer it would add none and scale by rsqrt(eps))
+    partial_sums = (hidden // t.bn_o, hidden // t.bn_d)
     # a 32-row weight slot holds 32 / (a tile's rows) consecutive k-tiles: a tile's k-tiles must fill whole slots
     # (else the kernel's slot count rounds down and its two rings fall out of step)
     whole_slots = ((hidden, t.bn_o), (hidden, 2 * t.bn_gu), (intermediate, t.bn_d), (hidden, t.bn_q))
     return (hidden % t.bk == 0 and intermediate % t.bk == 0 and hidden % t.bn_o == 0 and hidden % t.bn_d == 0
             and intermediate % t.bn_gu == 0 and qkv_rows % t.bn_q == 0 and max(t.bn_o, t.bn_d, t.bn_q) <= 32
-            and 2 * t.bn_gu <= 32 and all(n & (n - 1) == 0 for n in partial_sums)
+            and 2 * t.bn_gu <= 32 and all(n >= 16 and n & (n - 1) == 0 for n in partial_sums)
             and all(k // t.bk % (32 // rows) == 0 for k, rows in whole_slots))
 
 
@@ -134,7 +136,7 @@ def _descriptor(t: torch.Tensor, rows: int, bk: int, cache: bool = False):
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon.nvidia.hopper import TensorDescriptor
 
-    key = (t.data_ptr(), tuple(t.shape), rows, bk)
+    key = (t.data_ptr(), tuple(t.shape), tuple(t.stride()), t.dtype, rows, bk)   # a freed address may be reused
     if cache and key in _DESCRIPTORS:
         return _DESCRIPTORS[key]
     desc = TensorDescriptor.from_tensor(t, [rows, bk], gl.NVMMASharedLayout.get_default_for([rows, bk], gl.bfloat16))

@@ -217,6 +217,19 @@ def test_the_layer_chain_takes_only_shapes_whose_tiles_fill_whole_weight_slots(m
     assert not layer_chain.supported(hopper, 128, 256, 256)
 
 
+def test_the_layer_chain_takes_only_shapes_with_at_least_16_norm_partial_sums(monkeypatch):
+    """The signal warp adds the norms' partial sums (one per 16-row output tile) 16 at a time: a 128-wide model has
+    8, so its factor would be rsqrt(eps). With 64-wide k-tiles its slots fill, so this rule alone refuses it."""
+    from dataclasses import replace
+
+    from stages import layer_chain
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda device=None: (9, 0))
+    monkeypatch.setattr(layer_chain, "_gluon", lambda: True)
+    hopper, t = torch.device("cuda"), replace(layer_chain.TILING, bk=64)
+    assert layer_chain.supported(hopper, 256, 512, 512, t) and not layer_chain.supported(hopper, 128, 256, 256, t)
+
+
 @torch.inference_mode()
 def test_layer_chain_pairs_gate_and_up_rows():
     """The chain reads gate/up with its rows paired (gate n, then up n): pair_rows and unpair_rows are inverses,
