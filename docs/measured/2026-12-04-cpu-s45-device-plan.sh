@@ -12,8 +12,8 @@
 #                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min)
 #   step decode        (added in s47) …-s47-decode-tf32x3.patch alone: the decoder's convolutions at FP32 accuracy on
 #                      tensor cores, its probe (every conv of a tile and a whole track against cuDNN FP32 / TF32
-#                      and FP64) and its GPU test (~4 min; it needs no checkpoint, so the init-checkpoint prefix
-#                      may be left out)
+#                      and FP64) after its GPU tests (~5 min, up to 9; it needs no checkpoint: leave the
+#                      init-checkpoint prefix out, or the call may pass its 600 s)
 # FlashAttention-4 for the songs' acoustic stage (s44's 20.48 s ran it; SDPA costs ~0.4 s more) travels in two
 # halves, as the 64 MiB carry needs: the v2 call carries [".carry-small", ".fa4a"] and leaves part_a in out/, the
 # v2-engine call carries [".carry-small", ".fa4b"] and unpacks both into out/fa4site, which later calls on the same
@@ -102,11 +102,11 @@ v2-fp8)
     ;;
 decode)
     patched_copy "$m/2026-12-05-cpu-s47-decode-tf32x3.patch"
-    timeout 360 python3 $m/2026-12-05-cpu-s47-conv-tf32x3-probe.py "$OUT/s47-conv-tf32x3.json" \
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k "tf32x3 or tf32_decode or snake" \
+        > "$OUT/s47-decode-gpu-tests.log" 2>&1
+    timeout 420 python3 $m/2026-12-05-cpu-s47-conv-tf32x3-probe.py "$OUT/s47-conv-tf32x3.json" \
         > "$OUT/s47-conv-tf32x3.log" 2>&1
     echo "probe rc $?" >> "$OUT/s47-conv-tf32x3.log"
-    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k "tf32x3 or tf32_decode or snake" \
-        > "$OUT/s47-decode-gpu-tests.log" 2>&1
     ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
