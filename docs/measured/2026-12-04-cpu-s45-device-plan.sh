@@ -7,7 +7,8 @@
 #                      goes on top (FP8 weights in that chain, in the engine), both applied to a copy
 #   step v2-engine     both patches, $YUE2_FARM_LAYER_CHAIN=swapped: the GPU suite (with the FP8 chain's test), then
 #                      `farm bench ar`, with the swapped kernel
-#   step v2-song       (added in s46) both patches, $YUE2_FARM_LAYER_CHAIN=swapped: `farm bench song` (~3 min)
+#   step v2-song       (added in s46) both patches, $YUE2_FARM_LAYER_CHAIN=swapped: `farm bench song` (~3 min),
+#                      then (s47) where the acoustic stage's ~0.28 s beyond its 64 evaluations goes (~1.5 min)
 #   step v2-fp8        (added in s46) both patches: `farm bench ar --format fp8` at 1 and 24 rows and `farm bench song
 #                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min)
 #   step decode        (added in s47) …-s47-decode-tf32x3.patch alone: the decoder's convolutions at FP32 accuracy on
@@ -92,6 +93,8 @@ v2-song)
     patched_copy "$m/2026-12-04-cpu-s45-chain-v2-engine.patch" "$m/2026-12-05-cpu-s46-chain-w8a16-engine.patch"
     export YUE2_FARM_LAYER_CHAIN=swapped
     song s46-v2-bench-song
+    timeout 150 python3 $m/2026-12-05-cpu-s47-acoustic-overhead-probe.py > "$OUT/s47-acoustic-overhead.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s47-acoustic-overhead.log"
     ;;
 v2-fp8)
     fa4
