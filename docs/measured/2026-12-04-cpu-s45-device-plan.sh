@@ -15,6 +15,10 @@
 #                      tensor cores, its probe (every conv of a tile and a whole track against cuDNN FP32 / TF32
 #                      and FP64) after its GPU tests (~5 min, up to 9; it needs no checkpoint: leave the
 #                      init-checkpoint prefix out, or the call may pass its 600 s)
+#   step album-2gpu    (added in s47) only where kind nvidia-h200-x2 is lent: the tree as it is, `farm bench album
+#                      --tracks 12 --no-sequential` over both cards (~4 min; `album12_2gpu_s` is still the
+#                      2026-11-30 figure, taken before every change since). Ray must travel: carry [".carry"] and
+#                      use the prefix ../shared/tools/device-carry.sh prints, then init-checkpoint as usual
 # FlashAttention-4 for the songs' acoustic stage (s44's 20.48 s ran it; SDPA costs ~0.4 s more) travels in two
 # halves, as the 64 MiB carry needs: the v2 call carries [".carry-small", ".fa4a"] and leaves part_a in out/, the
 # v2-engine call carries [".carry-small", ".fa4b"] and unpacks both into out/fa4site, which later calls on the same
@@ -23,15 +27,16 @@
 #   step block-counts  not the call), the GPU suite, `farm bench ar`; the same for …-s44-chain-block-counts.patch
 # Each patch is applied to a copy of the tree (/tmp/try-STEP; out/ is linked), so the tree itself stays as it is.
 # Order: v2; v2-engine if v2 is right and faster; then v2-song; v2-fp8 if v2's FP8 rows are right and faster than
-# its BF16 ones; decode; then probes, share-counts, block-counts (the last two patch today's chain: moot if v2
-# wins). ~40 minutes in all, more than one session's 30: stop where the time ends and go on the next time.
+# its BF16 ones; decode; album-2gpu when a two-card machine is lent; then probes, share-counts, block-counts (the
+# last two patch today's chain: moot if v2 wins). ~42 minutes in all (and 4 on two cards), more than one session's
+# 30: stop where the time ends and go on the next time.
 # Before the first share/block-counts call, on the CPU box (the device gets the tree without .git):
 #   git show 4151e10:stages/_layer_chain_gluon.py > stages/_chain_before.py   (untracked: it travels; delete it
 #   before committing). It is the committed chain before s44's patches, which the share-counts probe compares to.
 # Each call: the usual prefix (pip install of .carry-small, PYTHONPATH=/tmp/site:$PWD, init-checkpoint into out/ck),
 #   then: bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
 set -u
-step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, share-counts or block-counts}
+step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -110,6 +115,14 @@ decode)
     timeout 420 python3 $m/2026-12-05-cpu-s47-conv-tf32x3-probe.py "$OUT/s47-conv-tf32x3.json" \
         > "$OUT/s47-conv-tf32x3.log" 2>&1
     echo "probe rc $?" >> "$OUT/s47-conv-tf32x3.log"
+    ;;
+album-2gpu)
+    fa4
+    nvidia-smi -L > "$OUT/s47-album12-2gpu.log" 2>&1
+    timeout 420 python3 -m farm bench album --model out/ck --tracks 12 --no-sequential \
+        --gantt "$OUT/album12-2gpu-gantt.png" --json "$OUT/s47-album12-2gpu.json" --summary "$OUT/s47-summary.json" \
+        >> "$OUT/s47-album12-2gpu.log" 2>&1
+    echo "album rc $?" >> "$OUT/s47-album12-2gpu.log"
     ;;
 share-counts|block-counts)
     test -f stages/_chain_before.py || { echo "stages/_chain_before.py missing (see the header)"; exit 2; }
