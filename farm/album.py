@@ -73,7 +73,7 @@ class TrackSpec:
     abc_ids: tuple[int, ...] | None = None
     max_semantic_tokens: int | None = None
     sampling: dict = field(default_factory=dict)   # {"plan": {...}, "semantic": {...}} overrides
-    decode_precision: str = "fp32"                 # "tf32": the faster VAE mode (stages.vae.PRECISIONS)
+    decode_precision: str = "fp32"                 # "tf32", "tf32x3": the faster VAE modes (stages.vae.PRECISIONS)
     plans: int = 1                                 # candidate scores the plan stage writes (best of N)
     choose: str = "first"                          # the rule that picks the one that goes on (scores.CHOOSE_RULES)
     target_seconds: float | None = None            # the "length" rule's target

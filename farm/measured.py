@@ -57,10 +57,13 @@ def song_figures(report: dict) -> dict[str, float]:
     if fmt != "bf16":
         return {f"song_s_{fmt}": report["environment"]["total_seconds"]}
     seconds = {r["stage"]: r["seconds"] for r in report["rows"]}
-    tf32 = next((r for r in report.get("decode_precisions", []) if r["precision"] == "tf32"), {})
-    return {"song_s": report["environment"]["total_seconds"], "acoustic_s": seconds.get("acoustic"),
-            "decode_s": seconds.get("decode"), "decode_tf32_s": tf32.get("seconds"),
-            "decode_tf32_mean_abs": tf32.get("mean_abs"), "decode_tf32_max_abs": tf32.get("max_abs")}
+    out = {"song_s": report["environment"]["total_seconds"], "acoustic_s": seconds.get("acoustic"),
+           "decode_s": seconds.get("decode")}
+    for r in report.get("decode_precisions", []):      # decode_tf32_s, decode_tf32x3_mean_abs, …
+        if r["precision"] != "fp32":
+            out |= {f"decode_{r['precision']}_{k}": r[v] for k, v in
+                    (("s", "seconds"), ("mean_abs", "mean_abs"), ("max_abs", "max_abs"))}
+    return out
 
 
 def quality_figures(report: dict) -> dict[str, float]:

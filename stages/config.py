@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 # How the VAE decoder's convolutions multiply on CUDA (stages/vae.py says what each costs): "fp32" the default,
-# "tf32" the documented faster mode. Here, beside the other settings, so the CLI can list them without torch.
-DECODE_PRECISIONS = ("fp32", "tf32")
+# "tf32" and "tf32x3" the documented faster modes. Here, beside the other settings, so the CLI can list them without
+# torch.
+DECODE_PRECISIONS = ("fp32", "tf32", "tf32x3")
 
 
 class ConfigError(ValueError):

@@ -45,7 +45,7 @@ class SongSettings:
     vae_core_frames: int
     vae_halo_frames: int
     sampler: str = "fast"       # the AR sampler (ar.SAMPLERS): "fast" (batched, default) or "exact" (reference)
-    decode_precision: str = "fp32"   # the VAE's convolutions (vae.PRECISIONS): "fp32" (default) or "tf32" (faster)
+    decode_precision: str = "fp32"   # the VAE's convolutions (vae.PRECISIONS): "fp32" (default), "tf32", "tf32x3"
 
 
 def default_settings(cfg: Yue2Config, *, max_semantic_tokens: int | None = None, ode_steps: int | None = None,

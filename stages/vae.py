@@ -17,6 +17,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from . import vae_tf32x3
 from .checkpoint import check_layout, load_tensors
 from .compiled import compiled
 from .config import DECODE_PRECISIONS as PRECISIONS, VaeConfig
@@ -301,21 +302,23 @@ def required_halo(cfg: VaeConfig) -> int:
         return _halo_of(OobleckDecoder(cfg))
 
 
-def _decode_tiles(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int) -> torch.Tensor:
-    """docs/model.md §5's tiling without the halo check: [B, C, T] → [B, audio_channels, 1920·T − 64]."""
+def _decode_tiles(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int, run=None) -> torch.Tensor:
+    """docs/model.md §5's tiling without the halo check: [B, C, T] → [B, audio_channels, 1920·T − 64]. `run` decodes
+    a tile (default: the decoder itself)."""
+    run = run or decoder
     hop, frames = decoder.cfg.hop, z.shape[-1]
     total = decoder.output_length(frames)
     pieces = []
     for s in range(0, frames, core):
         e = min(s + core, frames)
         left, right = max(0, s - halo), min(frames, e + halo)
-        y = decoder(z[:, :, left:right])
+        y = run(z[:, :, left:right])
         o, n = (s - left) * hop, min(e * hop, total) - s * hop     # the last tile loses the 64-sample tail
         pieces.append(y[..., o:o + n])
     return torch.cat(pieces, dim=-1)
 
 
-def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int) -> torch.Tensor:
+def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int, run=None) -> torch.Tensor:
     """Decode z [B, latent_dim, T] in tiles of `core` frames, each widened by `halo` frames per side; no crossfade.
 
     Equals the full decode (to float rounding) because the halo covers the receptive field, so each kept sample
@@ -326,12 +329,15 @@ def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int)
         raise ValueError(f"halo {halo} frames is below the decoder's receptive field ({need} frames)")
     if core < 1 or z.shape[-1] < 1:
         raise ValueError(f"need core >= 1 and at least one latent frame, got core {core}, T {z.shape[-1]}")
-    return _decode_tiles(decoder, z, core, halo)
+    return _decode_tiles(decoder, z, core, halo, run)
 
 
 # How the decoder's convolutions multiply on CUDA. "fp32": FP32 for real (the default; cuDNN would allow TF32
 # convolutions otherwise). "tf32": TensorFloat-32 tensor cores, 2x faster on an H200 for a song, with audio ~3e-4
-# mean / ~2.5e-3 max abs from FP32 (docs/benchmarks.md): a documented mode, another song's bytes. CPUs ignore it.
+# mean / ~2.5e-3 max abs from FP32 (docs/benchmarks.md): a documented mode, another song's bytes. "tf32x3": every
+# convolution our Triton kernel on tensor cores with three TF32 products per FP32 one (vae_tf32x3.py): FP32's
+# accuracy, not cuDNN FP32's bytes; a decoder whose widths the kernel cannot take decodes in FP32 instead. CPUs
+# ignore the setting.
 # The names live in config.DECODE_PRECISIONS (imported here as PRECISIONS), where the CLI reads them without torch.
 
 
@@ -366,8 +372,12 @@ def decode_audio(decoder: OobleckDecoder, latents: np.ndarray | torch.Tensor, co
     z = z.to(decoder.layers[0].weight.device).T[None]          # [1, latent_dim, N]
     if z.device.type == "cpu":
         thread_invariant_convs()
+    run = None
+    if precision == "tf32x3" and z.is_cuda and vae_tf32x3.usable(decoder):
+        plan = vae_tf32x3.plan_for(decoder)
+        run = functools.partial(vae_tf32x3.forward, plan)
     with _tf32(precision == "tf32"), torch.inference_mode():
-        y = decode_tiled(decoder, z, core, halo)               # [1, C, samples]
+        y = decode_tiled(decoder, z, core, halo, run)          # [1, C, samples]
         audio = y.clamp(-1, 1)[0].T.contiguous()
         if audio.is_cuda:      # into page-locked memory: a pageable copy ran at ~1.7 GB/s (48 ms for a song)
             audio = torch.empty(audio.shape, dtype=audio.dtype, pin_memory=True).copy_(audio)

@@ -119,7 +119,7 @@ def test_any_printable_title_gets_a_safe_bounded_folder(tmp_path):
      "sampling.plan.top_k: must be int"),
     ("title = 'A'\n[[tracks]\n", "not valid TOML"),
     ('title = "A"\n[[tracks]]\ntitle = "x"\nstyle = "s"\nlyrics = "a"\ndecode_precision = "bf16"\n',
-     "decode_precision: must be one of fp32, tf32, got 'bf16'"),
+     "decode_precision: must be one of fp32, tf32, tf32x3, got 'bf16'"),
 ])
 def test_single_problems_are_named(tmp_path, body, message):
     found = problems(write(tmp_path, body))

@@ -22,9 +22,10 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
     assert keys["song_s"]["value"] == round(sum(rows.values()), 4)
     assert keys["acoustic_s"]["date"] == keys["song_s"]["date"] and "gpu" in keys["decode_s"]
     precisions = {r["precision"]: r for r in json.loads(report.read_text())["decode_precisions"]}
-    assert set(precisions) == {"fp32", "tf32"} and precisions["fp32"]["max_abs"] == 0.0
+    assert set(precisions) == {"fp32", "tf32", "tf32x3"} and precisions["fp32"]["max_abs"] == 0.0
     assert precisions["tf32"]["max_abs"] == 0.0 and "decode in tf32" in r.output      # a CPU has no TF32
     assert keys["decode_tf32_s"]["value"] == round(precisions["tf32"]["seconds"], 4)
+    assert keys["decode_tf32x3_max_abs"]["value"] == 0.0          # the CPU decodes in FP32 whatever is asked
 
 
 

@@ -302,3 +302,37 @@ def test_tf32_decode_stays_close_to_fp32(tiny_ckpt_dir, tiny_cfg):
     fp32, again = (decode_audio(decoder, latents, core, halo) for _ in range(2))
     tf32 = decode_audio(decoder, latents, core, halo, "tf32")
     assert np.array_equal(fp32, again) and np.abs(tf32 - fp32).max() < 1e-2
+
+
+def test_tf32x3_decode_stays_within_fp32_noise_of_fp64():
+    """The tensor-core decode (vae_tf32x3.py) on the release widths, every conv through the kernel: audio within a
+    few times FP32's own distance from an FP64 decode (the split operands alone err ~1e-7 relative, below FP32's
+    accumulation; the MMA's accumulation order adds the rest) and far inside TF32's; the same bytes twice."""
+    import copy
+
+    from stages import vae, vae_tf32x3 as tc
+    from stages.config import from_toml
+
+    cfg = from_toml("configs/models/yue2-3b.toml").vae
+    decoder = vae.OobleckDecoder(cfg)
+    raw = {k: v for k, v in vae.random_vae_tensors(cfg, 0).items() if k.startswith("decoder.")}
+    decoder.load_state_dict(vae._fold(raw), strict=True)
+    decoder = decoder.cuda().eval().requires_grad_(False)
+    z = torch.randn(1, cfg.latent_dim, 40, device="cuda", generator=torch.Generator(device="cuda").manual_seed(0))
+    with torch.inference_mode():
+        fp64 = copy.deepcopy(decoder).double().layers(z.double())
+        with vae._tf32(False):                  # cuDNN would take TF32 for "FP32" convs otherwise
+            fp32 = decoder(z)
+        with vae._tf32(True):
+            tf32 = decoder(z)
+        plan = tc.plan_for(decoder)
+        got, again = tc.forward(plan, z), tc.forward(plan, z)
+    err32, err_tf32, err = ((y.double() - fp64).abs().max().item() for y in (fp32, tf32, got))
+    assert torch.equal(got, again)
+    assert err <= 16 * err32 and err <= err_tf32 / 20, (err, err32, err_tf32)
+    # decode_audio's own path: tiles cut from the transposed latents (a batch stride TMA must not see), the last
+    # one shorter than a row tile, one frame alone
+    latents = np.random.default_rng(0).standard_normal((70, cfg.latent_dim)).astype(np.float32)
+    for frames in (70, 1):
+        want, tf32, audio = (vae.decode_audio(decoder, latents[:frames], 32, 16, p) for p in ("fp32", "tf32", "tf32x3"))
+        assert audio.shape == want.shape and np.abs(audio - want).max() <= np.abs(tf32 - want).max() / 20, frames

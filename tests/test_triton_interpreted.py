@@ -187,6 +187,23 @@ CANDIDATES = textwrap.dedent("""
 """)
 
 
+CONV_TF32X3 = textwrap.dedent("""
+    import torch
+    from stages import vae_tf32x3 as tc
+    from tests.test_vae_tf32x3 import SMALL, vae
+    decoder = vae.OobleckDecoder(SMALL)
+    raw = {k: v for k, v in vae.random_vae_tensors(SMALL, 0).items() if k.startswith("decoder.")}
+    decoder.load_state_dict(vae._fold(raw), strict=True)
+    decoder.eval().requires_grad_(False)
+    tc.default_tiling = lambda c_in, n: tc.Tiling(bm=32, bn=16, bk=8, warps=1, stages=1)
+    tc.gemm = lambda x, g, residual=None, rows=None: tc._launch(x, g, residual, x.shape[1] if rows is None else rows)
+    z = torch.randn(2, SMALL.latent_dim, 13, generator=torch.Generator().manual_seed(0))
+    with torch.inference_mode():
+        want, got = decoder(z), tc.forward(tc.prepare(decoder), z)
+    assert got.shape == want.shape and (got - want).abs().max() <= 1e-5 * want.abs().max(), (got - want).abs().max()
+    print("ok", len(tc.prepare(decoder).blocks))
+""")
+
 def _interpret(code: str) -> str:
     env = {**os.environ, "TRITON_INTERPRET": "1", "PYTHONPATH": os.getcwd()}
     run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=600)
@@ -233,3 +250,10 @@ def test_candidate_kernels():
     across a chunk border and a row of ties, inactive and unconditional slots skipped; rows whose candidates the
     row stage's bound narrows to at most FEW and rows where it cannot (ties, the best ids in a few chunks)."""
     assert _interpret(CANDIDATES).startswith("ok 5")
+
+
+def test_conv_tf32x3_kernel_through_a_whole_decoder():
+    """Every convolution of a small decoder through the kernel (stem, transposed convs as phases, dilated and 1×1
+    convs with the residual in the epilogue, the 2-channel output clipped from its padded tile): TMA's zero rows are
+    the padding, per batch entry."""
+    assert _interpret(CONV_TF32X3).startswith("ok 4")

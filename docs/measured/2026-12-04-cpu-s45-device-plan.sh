@@ -11,10 +11,10 @@
 #                      then (s47) where the acoustic stage's ~0.28 s beyond its 64 evaluations goes (~1.5 min)
 #   step v2-fp8        (added in s46) both patches: `farm bench ar --format fp8` at 1 and 24 rows and `farm bench song
 #                      --format fp8` (the engine's FP8 step is the W8A16 chain there; ~5 min)
-#   step decode        (added in s47) …-s47-decode-tf32x3.patch alone: the decoder's convolutions at FP32 accuracy on
-#                      tensor cores, its probe (every conv of a tile and a whole track against cuDNN FP32 / TF32
-#                      and FP64) after its GPU tests (~5 min, up to 9; it needs no checkpoint: leave the
-#                      init-checkpoint prefix out, or the call may pass its 600 s)
+#   step decode        (added in s47; ran in s47 and the patch landed: the step now runs the probe on the tree)
+#                      the decoder's convolutions at FP32 accuracy on tensor cores, its probe (every conv of a tile
+#                      and a whole track against cuDNN FP32 / TF32 and FP64) after its GPU tests (~2 min; it needs
+#                      no checkpoint: leave the init-checkpoint prefix out)
 #   step album-2gpu    (added in s47) only where kind nvidia-h200-x2 is lent: the tree as it is, `farm bench album
 #                      --tracks 12 --no-sequential` over both cards (~4 min; `album12_2gpu_s` is still the
 #                      2026-11-30 figure, taken before every change since). Ray must travel: carry [".carry"] and
@@ -109,7 +109,6 @@ v2-fp8)
     song s46-v2-fp8-bench-song --format fp8
     ;;
 decode)
-    patched_copy "$m/2026-12-05-cpu-s47-decode-tf32x3.patch"
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k "tf32x3 or tf32_decode or snake" \
         > "$OUT/s47-decode-gpu-tests.log" 2>&1
     timeout 420 python3 $m/2026-12-05-cpu-s47-conv-tf32x3-probe.py "$OUT/s47-conv-tf32x3.json" \

@@ -63,9 +63,10 @@ def song(
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
     exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with the seed's "
                                              "generator); slower, another song than the default.")] = False,
-    decode_precision: Annotated[DecodePrecision, typer.Option(help="The VAE's convolutions: fp32 (default) or tf32 "
+    decode_precision: Annotated[DecodePrecision, typer.Option(help="The VAE's convolutions: fp32 (default), tf32 "
                                                                    "(about 2x faster on a GPU, audio ~3e-4 from "
-                                                                   "FP32; another song's bytes).")] = "fp32",
+                                                                   "FP32; another song's bytes) or tf32x3 (tensor "
+                                                                   "cores at FP32's accuracy).")] = "fp32",
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages.")] = None,
     kv_cache: KvOpt = "bf16",
