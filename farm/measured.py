@@ -15,6 +15,11 @@ from pathlib import Path
 QUANTISED_SONG = ("song_s_fp8", "song_s_nvfp4")     # song_s_quantized is the best of these
 
 
+def _rounded(key: str, value: float) -> float:
+    """Four decimals, but four significant digits for a distance (`…_abs`): a decode's 9e-6 is not 0."""
+    return float(f"{value:.4g}") if key.endswith("_abs") else round(value, 4)
+
+
 def update_summary(path: Path, figures: dict[str, float], env: dict, command: str | None = None) -> dict:
     path = Path(path)
     try:
@@ -24,7 +29,7 @@ def update_summary(path: Path, figures: dict[str, float], env: dict, command: st
     command = command or "farm " + " ".join(shlex.quote(a) for a in sys.argv[1:])
     for key, value in figures.items():
         if value is not None:
-            summary[key] = {"value": round(float(value), 4), "gpu": env.get("gpu", env.get("device")),
+            summary[key] = {"value": _rounded(key, float(value)), "gpu": env.get("gpu", env.get("device")),
                             "date": env["date"], "command": command}
     best = min((summary[k] for k in QUANTISED_SONG if k in summary), key=lambda e: e["value"], default=None)
     if best is not None:           # issue 10's "a quantised AR": the fastest format measured, with its own record

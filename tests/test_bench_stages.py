@@ -29,6 +29,15 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
 
 
 
+def test_summary_keeps_four_significant_digits_of_a_distance(tmp_path):
+    """Seconds keep four decimals; a distance (`…_abs`) four significant digits: tf32x3's 9e-6 from FP32 is not 0."""
+    from farm.measured import update_summary
+
+    env = {"date": "d", "gpu": "g"}
+    keys = update_summary(tmp_path / "s.json", {"decode_tf32x3_max_abs": 8.959323e-06, "decode_s": 0.553012}, env)
+    assert keys["decode_tf32x3_max_abs"]["value"] == 8.959e-06 and keys["decode_s"]["value"] == 0.553
+
+
 def test_bench_song_with_fp8_ar_weights_writes_only_the_quantised_key(tiny_ckpt_dir, tmp_path):
     """--format fp8: the AR step reads FP8 weights; the track's time is `song_s_fp8`, `song_s_quantized` is the fastest
     quantised format's (here an NVFP4 figure already in the summary is slower), and the BF16 keys stay as they were
