@@ -35,6 +35,10 @@
 #   before committing). It is the committed chain before s44's patches, which the share-counts probe compares to.
 # Each call: the usual prefix (pip install of .carry-small, PYTHONPATH=/tmp/site:$PWD, init-checkpoint into out/ck),
 #   then: bash docs/measured/2026-12-04-cpu-s45-device-plan.sh STEP
+# Status after s47 (an H200 was lent for its last hour): v2, decode, share-counts and block-counts ran
+# (docs/measured/2026-12-05-h200-s47-*, docs/benchmarks.md). v2 was right but slower than today's chain (BF16 and
+# FP8), and share/block counts were slower too, so v2-engine, v2-song and v2-fp8 are moot; the decode landed. What
+# is left worth a call: album-2gpu (a two-card machine), and probes (the s44/s45 product probes, records only).
 set -u
 step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
