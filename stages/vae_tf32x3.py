@@ -68,8 +68,8 @@ def default_tiling(c_in: int, n: int) -> Tiling:
 
 
 def supported(c_in: int) -> bool:
-    """The kernel walks whole channel blocks of at least 8 (TF32's MMA depth)."""
-    return c_in % 8 == 0
+    """The kernel walks whole channel blocks of at least 8 (TF32's MMA depth): a default tiling has one."""
+    return default_tiling(c_in, 1).bk > 0
 
 
 def _gemm_of(w_taps: torch.Tensor, bias: torch.Tensor | None, off0: int, dil: int, tiling: Tiling | None,
@@ -113,7 +113,7 @@ def reference_gemm(x: torch.Tensor, g: ConvGemm, residual: torch.Tensor | None =
     lo = g.off0
     hi = g.off0 + (g.taps - 1) * g.dil + rows - x.shape[1]
     xp = F.pad(x, (0, 0, max(0, -lo), max(0, hi)))        # zeros where the kernel's loads fall outside [0, L)
-    base = max(0, -lo) + lo
+    base = max(0, lo)                                      # tap 0's first row in xp
     w = (g.w_hi + g.w_lo).view(g.taps, g.n_pad, -1)[:, :g.n]
     y = g.bias[:g.n].expand(x.shape[0], rows, g.n).clone()
     for j in range(g.taps):
@@ -183,7 +183,6 @@ class Plan:
     blocks: tuple            # per block: (snake, up ConvGemm, ((snake, conv7, snake, conv1), …))
     snake: nn.Module
     out: ConvGemm
-    audio_channels: int
 
 
 def prepare(decoder: nn.Module, tilings: dict | None = None) -> Plan:
@@ -204,7 +203,7 @@ def prepare(decoder: nn.Module, tilings: dict | None = None) -> Plan:
         sn, ct, *units = block.layers
         blocks.append((sn, up(ct), tuple((u.layers[0], conv(u.layers[1]), u.layers[2], conv(u.layers[3]))
                                          for u in units)))
-    return Plan(conv(layers[0]), tuple(blocks), layers[-2], conv(layers[-1]), layers[-1].out_channels)
+    return Plan(conv(layers[0]), tuple(blocks), layers[-2], conv(layers[-1]))
 
 
 def usable(decoder: nn.Module) -> bool:
