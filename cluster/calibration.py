@@ -40,7 +40,10 @@ class Calibration:
     ar_compute_efficiency: float = 0.755     # when a large batch makes a step compute-bound
     prefill_efficiency: float = 0.448        # causal AR prefill FLOP/s / bf16 peak
     acoustic_efficiency: float = 0.452       # velocity-eval FLOP/s / bf16 peak (docs/model.md §6 FLOP count)
-    decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak
+    decode_efficiency: float = 0.173         # VAE FLOP/s / FP32 peak: cuDNN FP32 (decode precision "fp32")
+    # the default decode ("tf32x3") where it runs on tensor cores: VAE FLOP/s / (BF16 peak / 6), costs.decode_peak;
+    # from the H200's 0.189 s per reference track (docs/benchmarks.md, 2026-12-05) until a calibration measures it
+    decode_tf32x3_efficiency: float = 0.557
     job_overhead_s: float = 0.05             # per stage job: actor call, artifact write (assumption)
     # A card hosting AR and acoustic/decode in one process runs them side by side, each engine on its own CUDA
     # stream (farm/workers.py). While both kinds are busy, AR runs this many times slower than alone, and acoustic /
@@ -100,6 +103,7 @@ _FIELDS = {  # TOML table.key -> Calibration field
     ("prefill", "efficiency"): "prefill_efficiency",
     ("acoustic", "efficiency"): "acoustic_efficiency",
     ("decode", "efficiency"): "decode_efficiency",
+    ("decode", "tf32x3_efficiency"): "decode_tf32x3_efficiency",
     ("job", "overhead_s"): "job_overhead_s",
     ("overlap", "ar_slowdown"): "overlap_ar_slowdown",
     ("overlap", "other_slowdown"): "overlap_other_slowdown",

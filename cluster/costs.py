@@ -12,7 +12,9 @@ The model (docs/model.md §6 and §12):
   `kvfp8_byte_cost` weight bytes (it is widened before its products).
 - acoustic: (prefill + 64 velocity evals of 2 L_n 1.4094 G + 28 * 4 L_n (L_a + L_n) 2048 FLOP) / bf16 rate.
 - decode: 57.7 GFLOP per second of audio, plus the halo frames decoded twice at inner tile edges (3 % at core
-  1024), / FP32 rate.
+  1024), / the default decode's rate: a sixth of the BF16 tensor rate where it runs on tensor cores (three TF32
+  products per FP32 one, TF32 at half BF16's rate; gpus.decodes_on_tensor_cores), the FP32 rate elsewhere. An
+  album that asks for cuDNN's FP32 on such a card is predicted faster than it decodes.
 Every rate is the datasheet peak x a factor from the calibration; every job pays a fixed overhead.
 """
 from __future__ import annotations
@@ -20,7 +22,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from .calibration import Calibration
-from .gpus import GpuDevice
+from .gpus import GpuDevice, GpuSpec, decodes_on_tensor_cores
 from .memory import VAE_HALO_FRAMES
 from .workload import AR_STAGES, ModelShape, TrackShape
 
@@ -57,10 +59,18 @@ class CardSpeed:
     weight_bytes: float          # AR: weights read per step
     s_per_byte: float            # AR: 1 / effective bandwidth
     s_per_step_flop: float       # AR: 1 / effective compute when a step is compute-bound
-    s_per_flop: float            # AR prefill / acoustic (bf16) / decode (fp32)
+    s_per_flop: float            # AR prefill / acoustic (bf16) / decode (decode_peak)
     job_overhead_s: float
     step_per_track_s: float = 0.0   # AR: overhead per track in the batch per step (its sampler, its bookkeeping)
     kv_byte_cost: float = 1.0       # AR: time of a KV byte in the cache's format / time of a weight byte
+
+
+def decode_peak(spec: GpuSpec, precision: str = "tf32x3") -> tuple[float | None, str]:
+    """The peak (TFLOP/s) a decode in `precision` runs against on this card, and the calibration factor that scales
+    it: tf32x3 on tensor cores where it runs there, cuDNN's FP32 cores otherwise."""
+    if precision == "tf32x3" and decodes_on_tensor_cores(spec):
+        return spec.bf16_tflops / 6, "decode_tf32x3_efficiency"
+    return spec.fp32_tflops, "decode_efficiency"
 
 
 def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibration) -> CardSpeed | str:
@@ -68,11 +78,11 @@ def card_speed(device: GpuDevice, stage: str, model: ModelShape, cal: Calibratio
     spec = device.spec()
     if stage != "decode" and not device.is_cpu and not spec.bf16:
         return f"{stage} needs bf16 (compute capability >= 8.0); {spec.model} ({device.key}) has {spec.compute_capability}"
-    rate = spec.fp32_tflops if stage == "decode" else spec.bf16_tflops
+    rate, factor = decode_peak(spec) if stage == "decode" else (spec.bf16_tflops, None)
     if rate is None or (stage in AR_STAGES and spec.bandwidth_gbs <= 0):
         return f"no compute figures for {spec.model} ({device.key}): {spec.source}"
-    eff = {"plan": cal.prefill_efficiency, "semantic": cal.prefill_efficiency,
-           "acoustic": cal.acoustic_efficiency, "decode": cal.decode_efficiency}[stage]
+    eff = getattr(cal, factor) if factor else {"plan": cal.prefill_efficiency, "semantic": cal.prefill_efficiency,
+                                               "acoustic": cal.acoustic_efficiency}[stage]
     if stage not in AR_STAGES:
         return CardSpeed(0.0, 0.0, 0.0, 0.0, 1.0 / (rate * 1e12 * eff), cal.job_overhead_s)
     fixed, per_track = cal.ar_overheads(stage)

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from .calibration import Calibration, calibration_toml
-from .costs import track_work
+from .costs import decode_peak, track_work
 from .gpus import lookup
 from .workload import AR_STAGES, ModelShape, TrackShape
 
@@ -22,6 +22,8 @@ class Measured:
     `ar_tokens_per_s` optionally maps AR batch size -> aggregate tokens/s at this track's semantic-stage context; two
     or more points let the AR step overhead and the per-track overhead be fitted separately. `stage_tokens_per_s`
     does the same per AR stage ({"plan": {batch: tokens/s}, "semantic": {...}}) for per-stage overheads.
+    `decode_precision` says how seconds["decode"] was decoded; `decode_seconds` optionally adds the track's decode in
+    other precisions ({"fp32": s, "tf32x3": s}), so one run fits both decode factors.
     """
     gpu: str
     track: TrackShape
@@ -29,6 +31,8 @@ class Measured:
     ar_tokens_per_s: dict = field(default_factory=dict)
     stage_tokens_per_s: dict = field(default_factory=dict)
     source: str = "measured"
+    decode_precision: str = "tf32x3"
+    decode_seconds: dict = field(default_factory=dict)
 
 
 def write_calibration(path: str | Path, measured: Measured, base: Calibration | None = None, model=None) -> Calibration:
@@ -44,12 +48,15 @@ def fit_calibration(measured: Measured, base: Calibration, model: ModelShape | N
     spec = lookup(measured.gpu)
     if spec is None:
         raise ValueError(f"unknown GPU '{measured.gpu}': calibration needs a catalogue entry for its peaks")
-    bf16, fp32, bw = spec.bf16_tflops * 1e12, spec.fp32_tflops * 1e12, spec.bandwidth_gbs * 1e9
+    bf16, bw = spec.bf16_tflops * 1e12, spec.bandwidth_gbs * 1e9
     cal, t, s = replace(base, gpu=spec.model, source=measured.source), measured.track, measured.seconds
-    for stage, rate, attr in (("acoustic", bf16, "acoustic_efficiency"), ("decode", fp32, "decode_efficiency")):
-        if stage in s:
-            busy = s[stage] - cal.job_overhead_s
-            cal = replace(cal, **{attr: track_work(t, stage, model).flop / (rate * busy)})
+    if "acoustic" in s:
+        cal = replace(cal, acoustic_efficiency=_efficiency(t, "acoustic", model, bf16, s["acoustic"], cal))
+    decodes = {**measured.decode_seconds, **({measured.decode_precision: s["decode"]} if "decode" in s else {})}
+    for precision, seconds in decodes.items():
+        if precision in ("fp32", "tf32x3"):        # tf32, another song's bytes, is not a mode the planner books
+            rate, attr = decode_peak(spec, precision)
+            cal = replace(cal, **{attr: _efficiency(t, "decode", model, rate * 1e12, seconds, cal)})
     cal = _fit_ar(cal, measured, model, bw)
     for stage, points in measured.stage_tokens_per_s.items():
         fit = _line_fit(points, t.mean_context(stage) * model.kv_bytes_per_token * t.cfg_branches, model,
@@ -63,6 +70,11 @@ def fit_calibration(measured: Measured, base: Calibration, model: ModelShape | N
     record.update({f"{st}_batch{b}_tokens_per_s": float(v) for st, pts in measured.stage_tokens_per_s.items()
                    for b, v in pts.items()})
     return replace(cal, measured=record)
+
+
+def _efficiency(track: TrackShape, stage: str, model: ModelShape, rate: float, seconds: float,
+                cal: Calibration) -> float:
+    return track_work(track, stage, model).flop / (rate * (seconds - cal.job_overhead_s))
 
 
 def _line_fit(points: dict, kv: float, model: ModelShape, stream: float) -> tuple[float, float] | None:

@@ -42,6 +42,15 @@ class GpuSpec:
     aliases: tuple[str, ...] = ()    # other names a profile may use
 
 
+# The VAE's default decode ("tf32x3": three TF32 products per FP32 one, stages/vae_tf32x3.py) runs on tensor cores
+# where our kernel runs (TMA: compute capability 9.0 and up, stages/vae_tf32x3.usable) and is cuDNN's FP32 elsewhere.
+TF32X3_CAPABILITY = (9, 0)
+
+
+def decodes_on_tensor_cores(spec: GpuSpec) -> bool:
+    return tuple(spec.compute_capability) >= TF32X3_CAPABILITY and bool(spec.bf16_tflops)
+
+
 def _spec(model, arch, cc, sms, mhz, vram, bw, bf16_tf, fp32_tf, source, aliases=()):
     return GpuSpec(model, arch, cc, sms, mhz, vram, bw, bf16_tf, fp32_tf, cc >= (8, 0), cc >= (8, 9), source, aliases)
 

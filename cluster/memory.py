@@ -50,6 +50,14 @@ WEIGHT_GROUPS = {
     "acoustic": ("ar_layers", "embed", "nar_layers", "nar_aux"),
     "decode": ("vae_decoder",),
 }
+# Where the decode runs on tensor cores (gpus.decodes_on_tensor_cores) it also keeps its convolutions' weights split
+# into TF32 heads and tails (stages/vae_tf32x3.py): two more FP32 copies of the decoder's matrices.
+TENSOR_CORE_DECODE_GROUP = "vae_tf32x3"
+
+
+def stage_groups(stage: str, tensor_core_decode: bool = False) -> tuple[str, ...]:
+    extra = (TENSOR_CORE_DECODE_GROUP,) if stage == "decode" and tensor_core_decode else ()
+    return WEIGHT_GROUPS[stage] + extra
 
 
 def group_bytes(model: ModelShape, group: str) -> float:
@@ -60,6 +68,7 @@ def group_bytes(model: ModelShape, group: str) -> float:
             "nar_layers": model.branch_params * wb,
             "nar_aux": (model.aux_params + model.pe_params) * wb,
             "vae_decoder": model.vae_decoder_params * model.vae_bytes,
+            TENSOR_CORE_DECODE_GROUP: 2 * model.vae_decoder_params * model.vae_bytes,
             "ar_step": _step_copy_bytes(model)}[group]
 
 
@@ -141,16 +150,17 @@ def stage_activation_bytes(stage: str, model: ModelShape, pk: Peaks, batch: int,
 
 
 def card_memory(batches: dict[str, int], model: ModelShape, pk: Peaks, core: int = 1024,
-                shared_process: bool = True) -> MemoryNeed:
-    """Memory of a card hosting `batches` (stage -> batch). Shared process: weights loaded once, one CUDA context."""
+                shared_process: bool = True, tensor_core_decode: bool = False) -> MemoryNeed:
+    """Memory of a card hosting `batches` (stage -> batch). Shared process: weights loaded once, one CUDA context.
+    `tensor_core_decode`: the card decodes on tensor cores (gpus.decodes_on_tensor_cores) and keeps split weights."""
     stages = tuple(s for s in STAGES if s in batches)
     kv = sum(stage_kv_bytes(s, model, pk, batches[s]) for s in stages) / GIB
     act = sum(stage_activation_bytes(s, model, pk, batches[s], core) for s in stages) / GIB
     if shared_process:
-        groups = {g for s in stages for g in WEIGHT_GROUPS[s]}
+        groups = {g for s in stages for g in stage_groups(s, tensor_core_decode)}
         weights, processes = sum(group_bytes(model, g) for g in groups) / GIB, 1
     else:
-        weights = sum(group_bytes(model, g) for s in stages for g in WEIGHT_GROUPS[s]) / GIB
+        weights = sum(group_bytes(model, g) for s in stages for g in stage_groups(s, tensor_core_decode)) / GIB
         processes = len(stages)
     return MemoryNeed(stages, tuple(batches[s] for s in stages), weights, kv, act, CUDA_CONTEXT_GIB * processes,
                       WORKSPACE_GIB * processes, core if "decode" in batches else None)

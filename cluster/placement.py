@@ -325,10 +325,11 @@ def _apart_note(p: _Problem, stage: str) -> str:
 
 
 def _together_gib(p: _Problem, cls: CardClass) -> float:
+    from .gpus import decodes_on_tensor_cores
     from .memory import card_memory, peaks
     batches = dict.fromkeys(p.stages, 1)
     return card_memory(batches, p.options.model, peaks(p.options.model, p.tracks), min(p.options.decode_cores),
-                       p.options.shared_process).total
+                       p.options.shared_process, decodes_on_tensor_cores(cls.device.spec())).total
 
 
 def _reasons(p: _Problem, est: Estimate, workers: list[Worker], method: str, tried: int, note: str,

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from .calibration import Calibration, default_calibration
 from .costs import CardSpeed, StageTiming, card_speed, stage_load, stage_timing, track_work
-from .gpus import GpuDevice, cpu_device
+from .gpus import GpuDevice, cpu_device, decodes_on_tensor_cores
 from .memory import MemoryNeed, Peaks, card_memory, peaks, refusal, usable_gib
 from .workload import AR_STAGES, STAGES, ModelShape, TrackShape
 
@@ -138,7 +138,8 @@ def _card_class(devices: list[GpuDevice], facts: WorkloadFacts, options: PlanOpt
         if isinstance(speed, str):
             refusals[stage] = speed
             continue
-        need = card_memory({stage: 1}, options.model, facts.peaks, min(options.decode_cores), options.shared_process)
+        need = card_memory({stage: 1}, options.model, facts.peaks, min(options.decode_cores), options.shared_process,
+                           decodes_on_tensor_cores(dev.spec()))
         if need.total > usable_gib(dev, options.reserve_gib):
             refusals[stage] = refusal(stage, need, dev, options.reserve_gib)
         else:
@@ -158,14 +159,15 @@ def _configure(cls: CardClass, stages: tuple[str, ...], facts: WorkloadFacts, op
     cores = sorted(options.decode_cores, reverse=True) if "decode" in stages else [min(options.decode_cores)]
     best = None
     for core in cores:
-        batch = _largest_batch(stages, core, cap, facts, options, cls.budget_gib)
+        batch = _largest_batch(stages, core, cap, facts, options, cls)
         if batch and (best is None or batch > best[0]):
             best = (batch, core)
     if best is None:
         return None
     batch, core = best
     batches = {s: (batch if s in AR_STAGES else 1) for s in stages}
-    memory = card_memory(batches, options.model, facts.peaks, core, options.shared_process)
+    memory = card_memory(batches, options.model, facts.peaks, core, options.shared_process,
+                         decodes_on_tensor_cores(cls.device.spec()))
     timings = tuple(stage_timing(cls.speeds[s], facts.loads[(s, core if s == "decode" else 0)], batches[s])
                     for s in stages)
     both = any(s in AR_STAGES for s in stages) and any(s not in AR_STAGES for s in stages)
@@ -175,10 +177,13 @@ def _configure(cls: CardClass, stages: tuple[str, ...], facts: WorkloadFacts, op
     return RoleConfig(stages, tuple(batches[s] for s in stages), memory, timings, overlap)
 
 
-def _largest_batch(stages, core, cap, facts, options, budget) -> int:
+def _largest_batch(stages, core, cap, facts, options, cls: CardClass) -> int:
+    tensor_core_decode = decodes_on_tensor_cores(cls.device.spec())
+
     def fits(b: int) -> bool:
         batches = {s: (b if s in AR_STAGES else 1) for s in stages}
-        return card_memory(batches, options.model, facts.peaks, core, options.shared_process).total <= budget
+        return card_memory(batches, options.model, facts.peaks, core, options.shared_process,
+                           tensor_core_decode).total <= cls.budget_gib
     if not fits(1):
         return 0
     if not any(s in AR_STAGES for s in stages):

@@ -36,6 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from stages.protocol import COT_MODES, DEFAULT_SEED
+from stages.config import DEFAULT_DECODE_PRECISION
 from stages.vae import PRECISIONS
 
 from .errors import UserError, read_user_text
@@ -73,7 +74,7 @@ class TrackSpec:
     abc_ids: tuple[int, ...] | None = None
     max_semantic_tokens: int | None = None
     sampling: dict = field(default_factory=dict)   # {"plan": {...}, "semantic": {...}} overrides
-    decode_precision: str = "fp32"                 # "tf32", "tf32x3": the faster VAE modes (stages.vae.PRECISIONS)
+    decode_precision: str = DEFAULT_DECODE_PRECISION   # the VAE's convolutions (stages.vae.PRECISIONS)
     plans: int = 1                                 # candidate scores the plan stage writes (best of N)
     choose: str = "first"                          # the rule that picks the one that goes on (scores.CHOOSE_RULES)
     target_seconds: float | None = None            # the "length" rule's target
@@ -296,8 +297,8 @@ def _track(number: int, raw: dict, defaults: dict, spec_path: Path, problems: li
     return TrackSpec(number=number, title=title.strip(), folder=track_folder(number, title.strip()), style=style,
                      lyrics=lyrics, cot=cot, seed=seed, guidance=merged.get("guidance"), abc=abc, abc_ids=abc_ids,
                      max_semantic_tokens=merged.get("max_semantic_tokens"), sampling=sampling,
-                     decode_precision=merged.get("decode_precision", "fp32"), plans=merged.get("plans", 1),
-                     choose=merged.get("choose", "first"),
+                     decode_precision=merged.get("decode_precision", DEFAULT_DECODE_PRECISION),
+                     plans=merged.get("plans", 1), choose=merged.get("choose", "first"),
                      target_seconds=float(merged["target_seconds"]) if "target_seconds" in merged else None)
 
 

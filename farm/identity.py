@@ -74,7 +74,9 @@ def checkpoint_identity(paths: ModelPaths, ar_checkpoint: Path | None = None, ar
 def stage_keys(identity: dict, request, settings, candidates=None) -> dict[str, str]:
     """plan → semantic → acoustic → decode, each key covering its inputs, its settings and the key before it.
     `candidates` (jobs.Candidates): best of N enters the plan key only when N > 1, so a one-candidate album keeps
-    the keys it always had."""
+    the keys it always had. The decode precision enters the decode key unless it is "fp32", the default before
+    "tf32x3" (2026-12-05): a track rendered in fp32 keeps its keys, and one rendered on the old default and resumed
+    on the new one decodes again (its audio moves by ~1e-5 on a Hopper card; elsewhere the bytes are the same)."""
     req = dataclasses.asdict(request)
     s = dataclasses.asdict(settings)
     best_of = dataclasses.asdict(candidates) if candidates is not None and candidates.count > 1 else None

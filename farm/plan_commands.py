@@ -127,7 +127,9 @@ def measured_from_bench(report: dict, albums: tuple[dict, ...] = ()) -> Measured
                 per_stage[row["stage"]][round(row["max_batch"])] = row["per_second"]
     return Measured(gpu.model, track, seconds, dict(per_stage["semantic"]), per_stage,
                     source=f"farm bench song, {env['date']}, torch {env['torch']}"
-                           + "".join(f" + bench album of {a['tracks']}" for a in albums))
+                           + "".join(f" + bench album of {a['tracks']}" for a in albums),
+                    decode_precision=env.get("decode_precision", "fp32"),     # reports before 2026-12-05: fp32
+                    decode_seconds={r["precision"]: r["seconds"] for r in report.get("decode_precisions", [])})
 
 
 def calibrate_command(bench_json: Path, out: Path | None, album_jsons: tuple[Path, ...] = ()) -> str:
@@ -154,7 +156,8 @@ def calibrate_report(report: dict, out: Path | None, albums: tuple[dict, ...] = 
                         f" fix it or give --out") from None
     fitted = write_calibration(target, measured, base=base, model=ModelShape.yue2_3b())
     return f"wrote {target}: " + ", ".join(f"{k}={getattr(fitted, k):.4g}" for k in (
-        "ar_bandwidth_efficiency", "ar_step_overhead_s", "acoustic_efficiency", "decode_efficiency"))
+        "ar_bandwidth_efficiency", "ar_step_overhead_s", "acoustic_efficiency", "decode_efficiency",
+        "decode_tf32x3_efficiency"))
 
 
 def model_check(album_json: Path, calibration: Path | None = None) -> str:

@@ -7,6 +7,8 @@ from pathlib import Path
 
 import numpy as np
 
+from stages.config import DEFAULT_DECODE_PRECISION
+
 from . import artifacts, scores, tags
 from .errors import UserError, read_user_text
 from .identity import checkpoint_identity, stage_keys
@@ -29,7 +31,7 @@ class SongJob:
     device: str = "auto"
     force: bool = False
     sampler: str = "fast"
-    decode_precision: str = "fp32"
+    decode_precision: str = DEFAULT_DECODE_PRECISION
     ar_checkpoint: Path | None = None     # a quantised AR checkpoint for plan and semantic (`farm quantize`)
     kv_cache: str = "bf16"                # the AR engine's KV format (stages/kv_cache.py KV_FORMATS)
     ar_format: str | None = None          # the AR step's weights (stages/quant.py FORMATS); None: bf16, or the

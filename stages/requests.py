@@ -14,7 +14,7 @@ import numpy as np
 from . import fast_sampling
 from .acoustic import AcousticRequest
 from .ar import SAMPLERS, ARRequest, ARResult
-from .config import Sampling, Yue2Config
+from .config import DEFAULT_DECODE_PRECISION, Sampling, Yue2Config
 from .config_json import from_checkpoint
 from .protocol import (ProtocolError, SongRequest, check_context, chunk_ranges, given_abc_ids, negative_prefix,
                        plan_prefix, semantic_prefix)
@@ -45,12 +45,12 @@ class SongSettings:
     vae_core_frames: int
     vae_halo_frames: int
     sampler: str = "fast"       # the AR sampler (ar.SAMPLERS): "fast" (batched, default) or "exact" (reference)
-    decode_precision: str = "fp32"   # the VAE's convolutions (vae.PRECISIONS): "fp32" (default), "tf32", "tf32x3"
+    decode_precision: str = DEFAULT_DECODE_PRECISION   # the VAE's convolutions (vae.PRECISIONS)
 
 
 def default_settings(cfg: Yue2Config, *, max_semantic_tokens: int | None = None, ode_steps: int | None = None,
                      plan_tokens: int | None = None, semantic_tokens: int | None = None,
-                     sampler: str = "fast", decode_precision: str = "fp32") -> SongSettings:
+                     sampler: str = "fast", decode_precision: str = DEFAULT_DECODE_PRECISION) -> SongSettings:
     """The checkpoint's defaults with overrides. `plan_tokens`/`semantic_tokens` force exact lengths (benchmarks):
     the end id stays masked until that many ids, and generation stops there."""
     plan, semantic = cfg.generation.plan, cfg.generation.semantic

@@ -20,7 +20,7 @@ from torch import nn
 from . import vae_tf32x3
 from .checkpoint import check_layout, load_tensors
 from .compiled import compiled
-from .config import DECODE_PRECISIONS as PRECISIONS, VaeConfig
+from .config import DECODE_PRECISIONS as PRECISIONS, DEFAULT_DECODE_PRECISION, VaeConfig
 
 Shape = tuple[int, ...]
 KERNEL = 7                  # stem, residual and output convs
@@ -332,12 +332,12 @@ def decode_tiled(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int,
     return _decode_tiles(decoder, z, core, halo, run)
 
 
-# How the decoder's convolutions multiply on CUDA. "fp32": FP32 for real (the default; cuDNN would allow TF32
-# convolutions otherwise). "tf32": TensorFloat-32 tensor cores, 2x faster on an H200 for a song, with audio ~3e-4
-# mean / ~2.5e-3 max abs from FP32 (docs/benchmarks.md): a documented mode, another song's bytes. "tf32x3": every
-# convolution our Triton kernel on tensor cores with three TF32 products per FP32 one (vae_tf32x3.py): FP32's
-# accuracy, not cuDNN FP32's bytes; a decoder whose widths the kernel cannot take decodes in FP32 instead. CPUs
-# ignore the setting.
+# How the decoder's convolutions multiply on CUDA. "tf32x3", the default: every convolution our Triton kernel on
+# tensor cores with three TF32 products per FP32 one (vae_tf32x3.py): FP32's accuracy (on an H200 closer to FP64
+# than cuDNN's FP32, and 2.9x faster: docs/benchmarks.md), not cuDNN FP32's bytes; a card before Hopper, or a
+# decoder whose widths the kernel cannot take, decodes in cuDNN FP32 instead. "fp32": cuDNN's FP32 on every card
+# (TF32 switched off, which cuDNN would allow otherwise). "tf32": TensorFloat-32 tensor cores, with audio ~3e-4
+# mean / ~2.5e-3 max abs from FP32: a documented mode, another song's bytes. CPUs ignore the setting.
 # The names live in config.DECODE_PRECISIONS (imported here as PRECISIONS), where the CLI reads them without torch.
 
 
@@ -362,7 +362,7 @@ def thread_invariant_convs() -> None:
 
 
 def decode_audio(decoder: OobleckDecoder, latents: np.ndarray | torch.Tensor, core: int, halo: int,
-                 precision: str = "fp32") -> np.ndarray:
+                 precision: str = DEFAULT_DECODE_PRECISION) -> np.ndarray:
     """Latents [N, latent_dim] → float32 audio [1920·N − 64, audio_channels] in [−1, 1], on the CPU."""
     if precision not in PRECISIONS:
         raise ValueError(f"decode precision must be one of {', '.join(PRECISIONS)}, got {precision!r}")

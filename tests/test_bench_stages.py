@@ -25,6 +25,8 @@ def test_bench_song_writes_the_stage_keys(tiny_ckpt_dir, tmp_path):
     assert set(precisions) == {"fp32", "tf32", "tf32x3"} and precisions["fp32"]["max_abs"] == 0.0
     assert precisions["tf32"]["max_abs"] == 0.0 and "decode in tf32" in r.output      # a CPU has no TF32
     assert keys["decode_tf32_s"]["value"] == round(precisions["tf32"]["seconds"], 4)
+    assert keys["decode_fp32_s"]["value"] == round(precisions["fp32"]["seconds"], 4)
+    assert "decode_fp32_max_abs" not in keys
     assert keys["decode_tf32x3_max_abs"]["value"] == 0.0          # the CPU decodes in FP32 whatever is asked
 
 
@@ -54,23 +56,27 @@ def test_bench_song_with_fp8_ar_weights_writes_only_the_quantised_key(tiny_ckpt_
     assert keys["song_s_quantized"] == keys["song_s_fp8"] and keys["song_s_fp8"]["value"] > 0
     assert "AR weights fp8" in r.output.replace("\n", " ")
 
-def test_a_faster_decode_is_another_song_only_when_asked():
-    """decode_precision enters the decode stage's key only when it is not the default: albums rendered before the
-    option keep their keys, and a TF32 track is never mistaken for an FP32 one on resume."""
+def test_the_decode_precision_changes_only_the_decode_key():
+    """decode_precision enters the decode stage's key unless it is fp32 (the default before tf32x3): fp32 albums
+    rendered before the option keep their keys, and no precision's track is mistaken for another's on resume."""
     import dataclasses
 
-    from farm.identity import stage_keys
+    from farm.identity import _digest, stage_keys
     from stages.config import from_toml
     from stages.protocol import SongRequest
     from stages.requests import default_settings
 
     cfg = from_toml("configs/models/tiny.toml")
     request, identity = SongRequest(style="s", lyrics="l"), {"model": "m", "vae": "v"}
-    fp32 = default_settings(cfg)
-    keys = stage_keys(identity, request, fp32)
-    tf32 = stage_keys(identity, request, dataclasses.replace(fp32, decode_precision="tf32"))
-    assert {s: keys[s] == tf32[s] for s in keys} == {"plan": True, "semantic": True, "acoustic": True,
-                                                      "decode": False}
+    default = default_settings(cfg)
+    keys = {p: stage_keys(identity, request, dataclasses.replace(default, decode_precision=p))
+            for p in ("fp32", "tf32", "tf32x3")}
+    assert stage_keys(identity, request, default) == keys["tf32x3"]
+    assert len({k["decode"] for k in keys.values()}) == 3
+    assert all(k[s] == keys["fp32"][s] for k in keys.values() for s in ("plan", "semantic", "acoustic"))
+    before = {"acoustic": keys["fp32"]["acoustic"], "vae": "v", "core": default.vae_core_frames,
+              "halo": default.vae_halo_frames}                  # the decode key as written before the option
+    assert keys["fp32"]["decode"] == _digest(before)
 
 
 def test_bench_acoustic_times_both_paths_and_writes_its_keys(tiny_ckpt_dir, tmp_path):

@@ -6,8 +6,8 @@ import pytest
 
 from cluster.calibration import Calibration, default_calibration, load_calibration
 from cluster.fitting import Measured, write_calibration
-from cluster.costs import card_speed, job_seconds, stage_load, stage_timing, step_seconds, track_work
-from cluster.gpus import GIB, device_from_spec, lookup
+from cluster.costs import card_speed, decode_peak, job_seconds, stage_load, stage_timing, step_seconds, track_work
+from cluster.gpus import GIB, decodes_on_tensor_cores, device_from_spec, lookup
 from cluster.memory import card_memory, peaks, refusal, stage_memory, usable_gib, vendor_single_card
 from cluster.workload import STAGES, ModelShape, TrackShape, album_tracks
 
@@ -61,6 +61,10 @@ def test_stage_memory_loads_only_what_each_stage_needs():
     one, four = card_memory({"semantic": 1}, M, pk), card_memory({"semantic": 4}, M, pk)
     assert four.kv == pytest.approx(4 * one.kv)
     assert card_memory({"decode": 1}, M, pk, core=512).activations < card_memory({"decode": 1}, M, pk).activations
+    # a card that decodes on tensor cores also keeps the convolutions' weights split in two FP32 copies
+    split = card_memory({"decode": 1}, M, pk, tensor_core_decode=True)
+    assert split.weights == pytest.approx(3 * needs["decode"].weights)
+    assert decodes_on_tensor_cores(lookup("H200")) and not decodes_on_tensor_cores(lookup("RTX 3050 Laptop"))
 
 
 def test_shared_process_loads_weights_once():
@@ -109,8 +113,12 @@ def test_h200_timings_reproduce_the_calibration_sources():
     assert probe_track.acoustic_chunks(M) == [(9522, 5373)]
     seconds = job_seconds(h200("acoustic"), track_work(probe_track, "acoustic", M))
     assert seconds == pytest.approx(64 * 0.075 + 0.084 + 0.05, rel=0.02)
-    # Decode: the reference runtime's 1.1 s (FP32, tiled at core 1024) + job overhead.
-    assert job_seconds(h200("decode"), track_work(REF, "decode", M)) == pytest.approx(1.15, rel=0.02)
+    # Decode: on an H200 the default runs on tensor cores (tf32x3): 0.189 s measured (2026-12-05), with the job
+    # overhead; in cuDNN FP32 the reference runtime's 1.1 s (tiled at core 1024) + job overhead.
+    assert job_seconds(h200("decode"), track_work(REF, "decode", M)) == pytest.approx(0.189, rel=0.02)
+    rate, factor = decode_peak(lookup("H200"), "fp32")
+    fp32 = track_work(REF, "decode", M).flop / (rate * 1e12 * getattr(Calibration(), factor))
+    assert fp32 + Calibration().job_overhead_s == pytest.approx(1.15, rel=0.02)
 
 
 def test_batching_trades_latency_for_throughput():
@@ -132,15 +140,20 @@ def test_cards_without_bf16_or_figures_are_refused_with_a_reason():
 
 def test_write_calibration_recovers_known_factors(tmp_path):
     truth = dataclasses.replace(Calibration(), acoustic_efficiency=0.6, decode_efficiency=0.4,
-                                ar_step_overhead_s=1.0e-3, ar_track_step_overhead_s=0.4e-3)
+                                decode_tf32x3_efficiency=0.7, ar_step_overhead_s=1.0e-3,
+                                ar_track_step_overhead_s=0.4e-3)
     speed = {s: h200(s, truth) for s in STAGES}
-    seconds = {s: job_seconds(speed[s], track_work(REF, s, M)) for s in STAGES}
+    seconds = {s: job_seconds(speed[s], track_work(REF, s, M)) for s in STAGES}     # decode: tf32x3, the default
+    rate, _ = decode_peak(lookup("H200"), "fp32")
+    fp32 = track_work(REF, "decode", M).flop / (rate * 1e12 * truth.decode_efficiency) + truth.job_overhead_s
     kv = REF.mean_context("semantic") * M.kv_bytes_per_token
     tps = {b: b / step_seconds(speed["semantic"], b * kv, b * M.ar_token_flop(REF.mean_context("semantic")), b)
            for b in (1, 8, 32)}
     path = tmp_path / "h200.toml"
-    fitted = write_calibration(path, Measured("NVIDIA H200", REF, seconds, tps, source="test bench"))
-    for name in ("acoustic_efficiency", "decode_efficiency", "ar_step_overhead_s", "ar_track_step_overhead_s"):
+    fitted = write_calibration(path, Measured("NVIDIA H200", REF, seconds, tps, source="test bench",
+                                              decode_seconds={"fp32": fp32, "tf32": 0.01}))
+    for name in ("acoustic_efficiency", "decode_efficiency", "decode_tf32x3_efficiency", "ar_step_overhead_s",
+                 "ar_track_step_overhead_s"):
         assert getattr(fitted, name) == pytest.approx(getattr(truth, name), rel=1e-6), name
     again = load_calibration(path)
     assert again == fitted and again.gpu == "H200" and again.measured["acoustic_s"] == pytest.approx(seconds["acoustic"])
@@ -148,6 +161,11 @@ def test_write_calibration_recovers_known_factors(tmp_path):
     # predicted seconds then equal the measured ones.
     only_seconds = write_calibration(tmp_path / "b.toml", Measured("H200", REF, seconds))
     assert only_seconds.ar_bandwidth_efficiency == Calibration().ar_bandwidth_efficiency
+    assert only_seconds.decode_efficiency == Calibration().decode_efficiency      # no FP32 decode measured
+    # a report from before the tf32x3 default: its decode row was cuDNN FP32, and fits that factor only
+    older = write_calibration(tmp_path / "d.toml", Measured("H200", REF, {"decode": fp32}, decode_precision="fp32"))
+    assert older.decode_efficiency == pytest.approx(0.4, rel=1e-6)
+    assert older.decode_tf32x3_efficiency == Calibration().decode_tf32x3_efficiency
     predicted = sum(job_seconds(h200(s, only_seconds), track_work(REF, s, M)) for s in ("plan", "semantic"))
     assert predicted == pytest.approx(seconds["plan"] + seconds["semantic"], rel=1e-9)
     with pytest.raises(ValueError, match="unknown GPU"):

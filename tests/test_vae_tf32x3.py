@@ -98,5 +98,6 @@ def test_descriptor_strides_of_size_1_dimensions_cover_the_next():
 
 def test_a_cpu_decode_ignores_tf32x3(small_decoder):
     latents = np.random.default_rng(0).standard_normal((30, SMALL.latent_dim)).astype(np.float32)
-    fp32 = vae.decode_audio(small_decoder, latents, 8, 16)
+    fp32 = vae.decode_audio(small_decoder, latents, 8, 16, "fp32")
     assert np.array_equal(vae.decode_audio(small_decoder, latents, 8, 16, "tf32x3"), fp32)
+    assert np.array_equal(vae.decode_audio(small_decoder, latents, 8, 16), fp32)        # the default

@@ -65,7 +65,7 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
 
     env = {**environment(device), "model": ckpt.cfg.name, "load_seconds": load_seconds, "repeats": len(runs),
            "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "total_seconds": total,
-           "weight_format": weight_format,
+           "weight_format": weight_format, "decode_precision": settings.decode_precision,
            "prompt_tokens": len(plan_prefix(request, ckpt.tokenizer, ckpt.cfg.tokens))}
     print_table(rows, env)
     precisions = decode_precisions(engines, runs[-1].latents, settings, device)

@@ -6,8 +6,10 @@ from typing import Annotated
 
 import typer
 
-from .common import (EXIT_FAILED_TRACKS, ArFormatFlag, Cot, DecodePrecision, DeviceOpt, KvFormat, KvOpt, ModelConfig,
-                     ModelOpt, QuantFormat, VaeOpt, app, fail, guarded, interruptible)
+from stages.config import DEFAULT_DECODE_PRECISION
+
+from .common import (EXIT_FAILED_TRACKS, ArFormatFlag, Cot, DecodePrecisionOpt, DeviceOpt, KvFormat, KvOpt,
+                     ModelConfig, ModelOpt, QuantFormat, VaeOpt, app, fail, guarded, interruptible)
 
 
 @app.command("init-checkpoint")
@@ -63,10 +65,7 @@ def song(
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
     exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with the seed's "
                                              "generator); slower, another song than the default.")] = False,
-    decode_precision: Annotated[DecodePrecision, typer.Option(help="The VAE's convolutions: fp32 (default), tf32 "
-                                                                   "(about 2x faster on a GPU, audio ~3e-4 from "
-                                                                   "FP32; another song's bytes) or tf32x3 (tensor "
-                                                                   "cores at FP32's accuracy).")] = "fp32",
+    decode_precision: DecodePrecisionOpt = DEFAULT_DECODE_PRECISION,
     ar_checkpoint: Annotated[Path | None, typer.Option("--ar-checkpoint", help="A quantised AR checkpoint (`farm "
                                                        "quantize`) for the plan and semantic stages.")] = None,
     kv_cache: KvOpt = "bf16",

@@ -10,7 +10,7 @@ import typer
 from typer.core import TyperGroup
 
 from cluster.workload import AR_FORMAT_BYTES, KV_FORMAT_BYTES
-from stages.config import DECODE_PRECISIONS
+from stages.config import DECODE_PRECISIONS, DEFAULT_DECODE_PRECISION
 from stages.protocol import COT_MODES
 
 from ..models import model_config_names
@@ -93,6 +93,10 @@ ArFormatFlag = Annotated[ArFormat | None, typer.Option("--ar-format", help="The 
                                                        "songs). Default: the album's ar_format, else bf16, or the "
                                                        "--ar-checkpoint's format.")]
 DeviceOpt = Annotated[str, typer.Option("--device", help="auto, cpu, cuda or cuda:N.")]
+DecodePrecisionOpt = Annotated[DecodePrecision, typer.Option(
+    help=f"The VAE's convolutions: tf32x3 (tensor cores at FP32's accuracy on Hopper, cuDNN FP32 on other cards), "
+         f"fp32 (cuDNN FP32 on every card) or tf32 (audio ~3e-4 from FP32; another song's bytes). Default: "
+         f"{DEFAULT_DECODE_PRECISION}.")]
 # the benchmarks' report file and the headline keys they update
 JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")]
 SummaryOpt = Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
