@@ -262,10 +262,21 @@ def load_decoder(vae_dir: str | Path, cfg: VaeConfig, device: str | torch.device
     raw = load_tensors(path, names, dtype=torch.float32, device=device)
     decoder.load_state_dict(_fold(raw), strict=True, assign=True)
     decoder.eval().requires_grad_(False)
-    if decoder.layers[0].weight.is_cuda:     # compile the fused snake now, not inside the first song's decode
-        with torch.inference_mode():
-            decoder(torch.zeros(1, cfg.latent_dim, 4, device=decoder.layers[0].weight.device))
+    if decoder.layers[0].weight.is_cuda:
+        _warm(decoder)
     return decoder
+
+
+def _warm(decoder: OobleckDecoder) -> None:
+    """Compile now what the first song's decode would compile inside its stage: the fused snake, and on a card that
+    takes the default tf32x3 path its conv kernels (one per conv shape, whatever the tile's length) and the snake
+    on channels-last views. A 4-frame decode; the tf32x3 path also splits its weights now (0.5 GiB for the
+    release VAE, which the planner books)."""
+    z = torch.zeros(1, decoder.cfg.latent_dim, 4, device=decoder.layers[0].weight.device)
+    with torch.inference_mode():
+        decoder(z)
+        if vae_tf32x3.usable(decoder):
+            vae_tf32x3.forward(vae_tf32x3.plan_for(decoder), z)
 
 
 # ----------------------------------------------------------------------------------------------------------------

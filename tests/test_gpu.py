@@ -339,3 +339,9 @@ def test_tf32x3_decode_stays_within_fp32_noise_of_fp64():
         want, tf32, audio = (vae.decode_audio(decoder, latents[:frames], 32, 16, p) for p in ("fp32", "tf32", "tf32x3"))
         assert audio.shape == want.shape and np.abs(audio - want).max() <= np.abs(tf32 - want).max() / 20, frames
         assert np.array_equal(vae.decode_audio(decoder, latents[:frames], 32, 16), audio)     # the default
+    # load_decoder's warm-up builds the plan (and compiles its kernels) before the first song: the plan
+    # decode_audio then uses, not a second one
+    fresh = copy.deepcopy(decoder)
+    vae._warm(fresh)
+    held = fresh._tf32x3_plan
+    assert tc.plan_for(fresh) is held[1]
