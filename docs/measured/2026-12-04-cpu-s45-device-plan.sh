@@ -39,6 +39,9 @@
 # (docs/measured/2026-12-05-h200-s47-*, docs/benchmarks.md). v2 was right but slower than today's chain (BF16 and
 # FP8), and share/block counts were slower too, so v2-engine, v2-song and v2-fp8 are moot; the decode landed. What
 # is left worth a call: album-2gpu (a two-card machine), and probes (the s44/s45 product probes, records only).
+# s48 ran no step of this plan (only one-card machines were lent); album-2gpu is still the one worth a call. FA4's
+# joined halves (out/fa4site) import only with their .pth files read: put a sitecustomize.py that calls
+# site.addsitedir on out/fa4site first on PYTHONPATH (docs/benchmarks.md, nineteenth session); fa4() below does not.
 set -u
 step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
