@@ -41,7 +41,7 @@
 # is left worth a call: album-2gpu (a two-card machine), and probes (the s44/s45 product probes, records only).
 # s48 ran no step of this plan (only one-card machines were lent); album-2gpu is still the one worth a call. FA4's
 # joined halves (out/fa4site) import only with their .pth files read: put a sitecustomize.py that calls
-# site.addsitedir on out/fa4site first on PYTHONPATH (docs/benchmarks.md, nineteenth session); fa4() below does not.
+# site.addsitedir on out/fa4site first on PYTHONPATH (docs/benchmarks.md, nineteenth session), as fa4() now does.
 set -u
 step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
@@ -64,7 +64,11 @@ fa4() {     # FlashAttention-4 on the path if its halves have reached this machi
     if [ ! -d "$here/out/fa4site" ] && [ -f "$here/out/part_a" ] && [ -f "$here/.fa4b/part_b" ]; then
         cat "$here/out/part_a" "$here/.fa4b/part_b" | tar -xJ -C "$here/out"
     fi
-    if [ -d "$here/out/fa4site" ]; then export PYTHONPATH="$here/out/fa4site:$PYTHONPATH"; fi
+    if [ -d "$here/out/fa4site" ]; then      # its .pth files (the CUTLASS DSL's path) are read only from a site dir
+        mkdir -p "$here/out/fa4boot"
+        echo "import site; site.addsitedir('$here/out/fa4site')" > "$here/out/fa4boot/sitecustomize.py"
+        export PYTHONPATH="$here/out/fa4boot:$PYTHONPATH"
+    fi
 }
 
 song() {    # $1: log name; the rest: farm bench song's options
