@@ -82,6 +82,12 @@ def stage_streams(torch) -> dict:
             "decode": torch.cuda.Stream(priority=0)}
 
 
+def load_breakdown(seconds: dict[str, float]) -> str:
+    """A worker's load_seconds as "23.4 s (weights 3.1, ar 9.8, acoustic 6.2, decode 2.9)"."""
+    parts = ", ".join(f"{phase} {s:.1f}" for phase, s in seconds.items() if phase != "total")
+    return f"{seconds['total']:.1f} s ({parts})"
+
+
 def actor_options(spec: WorkerSpec) -> dict:
     """The card's own resource, whole; restarts and retries on (every call is idempotent: keyed, atomic writes).
     No runtime_env: Ray's state API shows every actor's runtime_env to whoever can reach the cluster, so storage
@@ -108,6 +114,7 @@ class Secrets:
 @ray.remote
 class CardWorker:
     def __init__(self, spec: WorkerSpec, secrets: Secrets):
+        began = time.perf_counter()
         os.environ.update(secrets.values)          # before the store is opened: fsspec reads them there
         if spec.card.real_gpu:
             os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -125,20 +132,34 @@ class CardWorker:
         self.log_lines = logs.worker_logging(self.where["worker"])
         self.threads = {e: ThreadPoolExecutor(1, thread_name_prefix=e) for e in ("acoustic", "decode")}
         self.streams = stage_streams(torch) if self.device == "cuda" else {}
-        self._load(spec)
+        phases = self._load(spec)
         if self.device == "cuda":
             torch.cuda.synchronize()       # the weights and graphs are ready before any stage stream uses them
-        logs.log.info("pid %d on %s (%s): engines %s loaded%s", os.getpid(), self.where["gpu"], self.where["host"],
-                      ", ".join(spec.engines), f"; {self.ar_shape}" if "ar" in spec.engines else "")
+        # where a worker's start goes (imports, the checkpoint's layout, the weights, each engine's graphs and
+        # compiles): `farm bench album` prints it beside the makespan
+        self.where["load_seconds"] = {**phases, "total": time.perf_counter() - began}
+        logs.log.info("pid %d on %s (%s): engines %s loaded in %s%s", os.getpid(), self.where["gpu"],
+                      self.where["host"], ", ".join(spec.engines), load_breakdown(self.where["load_seconds"]),
+                      f"; {self.ar_shape}" if "ar" in spec.engines else "")
 
-    def _load(self, spec: WorkerSpec) -> None:
-        """The engines this card hosts, sharing one model for the AR branch."""
+    def _load(self, spec: WorkerSpec) -> dict[str, float]:
+        """The engines this card hosts, sharing one model for the AR branch; seconds per phase."""
         from stages.transformer import AR, HEAD, NAR
         from stages.weights import load_model
 
         own_ar = "ar" in spec.engines and spec.ar_checkpoint is None
         parts = ({AR, HEAD} if own_ar else set()) | ({AR, NAR} if "acoustic" in spec.engines else set())
+        clock, phases = time.perf_counter(), {}
+
+        def lap(phase: str) -> None:
+            nonlocal clock
+            if self.device == "cuda":
+                self.torch.cuda.synchronize()
+            now = time.perf_counter()
+            phases[phase], clock = now - clock, now
+
         model = load_model(self.ckpt.model_dir, self.ckpt.cfg, parts, device=self.device) if parts else None
+        lap("weights")
         cuda = self.device == "cuda"
         if "ar" in spec.engines:
             from stages.ar import AREngine
@@ -158,14 +179,18 @@ class CardWorker:
             self.wake = threading.Condition()
             self.loop = None
             threading.Thread(target=self._ar_loop, daemon=True, name="ar-engine").start()
+            lap("ar")
         if "acoustic" in spec.engines:
             from stages.acoustic import AcousticEngine
 
             self.acoustic = AcousticEngine(model, self.ckpt.cfg.tokens)
+            lap("acoustic")
         if "decode" in spec.engines:
             from stages.vae import load_decoder
 
             self.decoder = load_decoder(self.ckpt.vae_dir, self.ckpt.cfg.vae, device=self.device)
+            lap("decode")
+        return phases
 
     def _kv_tokens(self, spec: WorkerSpec, model) -> int:
         """The planner's KV budget (rows × tokens per row), capped on a real card by what its memory holds after

@@ -24,7 +24,7 @@ def test_mixed_lengths_follow_the_fixed_list():
 
 
 @pytest.mark.slow
-def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path):
+def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path, capsys):
     report = run_album_bench(model=str(tiny_ckpt_dir), vae=None, tracks=3, plan_tokens=20, semantic_tokens=30,
                              pins=(), sequential=False, json_out=tmp_path / "album.json",
                              cluster=PROFILES / "ci.toml", mixed=True, ar_window=2, gantt=tmp_path / "gantt.png")
@@ -40,6 +40,15 @@ def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ck
     assert (tmp_path / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     figures = album_figures(report)
     assert any(k.startswith("album3_mixed_") and k.endswith("gpu_s") for k in figures), figures
+    # where the start went: each worker's load phases (they add up to less than its whole start), and the wait
+    # before the first stage
+    for w in report["workers"].values():
+        seconds = w["load_seconds"]
+        assert set(seconds) == {"weights", "total", *w["engines"]}, (seconds, w["engines"])
+        assert 0 < sum(v for k, v in seconds.items() if k != "total") <= seconds["total"]
+    assert 0 < report["first_stage_after_s"] < report["render_wall_s"]
+    out = capsys.readouterr().out
+    assert "loaded in" in out and "the first stage began" in out
 
 
 def test_a_failed_stage_keeps_its_figures_out_of_the_summary():

@@ -82,6 +82,7 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
               "prompt_tokens": len(prompt),
               "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
               "failures": result.failures, "album_makespan_s": makespan, "render_wall_s": total,
+              "first_stage_after_s": min(e.start for e in ok) - started,
               "simulated_makespan_s": result.forecast_s, "ar_window": result.plan.ar_window,
               "stages": stage_rows(ok), "events": [vars_of(e) for e in result.events],
               "nvml_peak_bytes": {u: {str(p): b for p, b in procs.items()}
@@ -172,6 +173,8 @@ def print_report(r: dict) -> None:
     from rich.console import Console
     from rich.table import Table
 
+    from ..workers import load_breakdown
+
     console = Console(width=170)
     env = r["environment"]
     if r.get("mixed"):
@@ -197,6 +200,12 @@ def print_report(r: dict) -> None:
         line += (f"\nsimulator's forecast for this plan: {sim:.2f} s ({(sim / r['album_makespan_s'] - 1):+.1%} of the "
                  f"measured makespan); AR window {r.get('ar_window') or 'none'}")
     console.print(line)
+    if r.get("first_stage_after_s") is not None:
+        console.print(f"the first stage began {r['first_stage_after_s']:.2f} s after the render did (Ray, the plan, "
+                      f"the workers' start)")
+    loaded = {w["worker"]: w["load_seconds"] for w in r["workers"].values() if w.get("load_seconds")}
+    for worker, seconds in loaded.items():
+        console.print(f"worker {worker} loaded in {load_breakdown(seconds)}")
     failed = [e for e in r["events"] if not e["ok"]]
     if failed:
         console.print(f"{len(failed)} stage runs FAILED (first: {failed[0]['stage']} of {failed[0]['track']}: "
