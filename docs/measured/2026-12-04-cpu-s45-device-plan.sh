@@ -42,6 +42,8 @@
 # s48 ran no step of this plan (only one-card machines were lent); album-2gpu is still the one worth a call. FA4's
 # joined halves (out/fa4site) import only with their .pth files read: put a sitecustomize.py that calls
 # site.addsitedir on out/fa4site first on PYTHONPATH (docs/benchmarks.md, nineteenth session), as fa4() now does.
+# Since s48 every `farm bench album` also prints each worker's load phases and when the first stage began: read
+# them from album-2gpu's log (or any one-card album) for the ~39 s between an album's render wall and its makespan.
 set -u
 step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
