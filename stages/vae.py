@@ -275,7 +275,7 @@ def _warm(decoder: OobleckDecoder) -> None:
     z = torch.zeros(1, decoder.cfg.latent_dim, 4, device=decoder.layers[0].weight.device)
     with torch.inference_mode():
         decoder(z)
-        if vae_tf32x3.usable(decoder):
+        if DEFAULT_DECODE_PRECISION == "tf32x3" and vae_tf32x3.usable(decoder):
             vae_tf32x3.forward(vae_tf32x3.plan_for(decoder), z)
 
 
