@@ -114,7 +114,7 @@ class Secrets:
 @ray.remote
 class CardWorker:
     def __init__(self, spec: WorkerSpec, secrets: Secrets):
-        began = time.perf_counter()
+        began, began_at = time.perf_counter(), time.time()
         os.environ.update(secrets.values)          # before the store is opened: fsspec reads them there
         if spec.card.real_gpu:
             os.environ["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID"
@@ -138,6 +138,9 @@ class CardWorker:
         # where a worker's start goes (imports, the checkpoint's layout, the weights, each engine's graphs and
         # compiles): `farm bench album` prints it beside the makespan
         self.where["load_seconds"] = {**phases, "total": time.perf_counter() - began}
+        self.where["load_began_at"] = began_at       # wall clock: the driver tells Ray's and the spawn's share
+        if "ar" in spec.engines:
+            self.where["ar_build_seconds"] = dict(self.ar.build_seconds)
         logs.log.info("pid %d on %s (%s): engines %s loaded in %s%s", os.getpid(), self.where["gpu"],
                       self.where["host"], ", ".join(spec.engines), load_breakdown(self.where["load_seconds"]),
                       f"; {self.ar_shape}" if "ar" in spec.engines else "")

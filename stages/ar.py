@@ -113,6 +113,9 @@ class AREngine:
         cfg = model.cfg
         self.model, self.layout, self.cfg, self.sampler = model, layout, cfg, sampler
         self.device, self.dtype = model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype
+        # where building the engine goes, phase → seconds (a farm worker reports it: its start is mostly this)
+        self.build_seconds: dict[str, float] = {}
+        lap = _Laps(self.device, self.build_seconds)
         self.slots, self.block = slots, block
         self.kv = PagedKV(cfg, slots=slots, tokens=kv_tokens or 2 * cfg.context, device=self.device,
                           dtype=self.dtype, kv_format=kv_format)
@@ -127,6 +130,7 @@ class AREngine:
         pinned = self.device.type == "cuda"
         self.drawn_host = torch.full((block, slots), -1, dtype=torch.long, pin_memory=pinned)
         self.free_slots = deque(range(slots))
+        lap("kv cache and tables")
         self.live: list[_Live] = []
         self.weight_format, self.dims = weight_format, dims(cfg)
         self.folded = weight_format == "bf16"
@@ -144,6 +148,7 @@ class AREngine:
         self.weights = (branch_weights(model, AR) if self.folded
                         else step_weights.for_format(model, weight_format))
         self._linear = skinny_gemm.reference if self.folded else skinny_gemm.linear
+        lap("step weights")
         self._head, self._tail = step_weights.layer_halves(self.folded)
         self._best, self._norm, self._inputs, self._follow = fast_sampling.best, rms_norm, step_inputs, follow
         if compile:   # compiled once per process and shape, shared by every engine; the attention op stays opaque
@@ -158,7 +163,7 @@ class AREngine:
                             for v in self.variants.values() for span in v.spans}
         self.graphs: dict[str, torch.cuda.CUDAGraph] = {}
         if cuda_graphs:
-            self._capture()
+            self._capture(lap)
 
     # ---- admission and prefill ------------------------------------------------------------------------------
     def branches(self, request: ARRequest) -> list[tuple[int, ...]]:
@@ -303,9 +308,10 @@ class AREngine:
         self._follow(go, drawn, t.owner, t.active, self.tokens)
         self._feed(variant)
 
-    def _capture(self) -> None:
+    def _capture(self, lap: _Laps) -> None:
         """Graphs, captured while no request lives: `block` fast steps, and one plain feed (exact / teacher forcing).
-        Warm-up runs first on a side stream (torch.compile compiles there)."""
+        Warm-up runs first on a side stream (torch.compile compiles there, and the Triton kernels compile or load on
+        their first launch): `lap` times each graph's warm-up and capture apart."""
         pool = torch.cuda.graph_pool_handle()
         runs = {"feed": self._feed}
         if self.sampler == "fast":
@@ -318,10 +324,12 @@ class AREngine:
                     fn()
                     fn()
                 torch.cuda.current_stream().wait_stream(stream)
+                lap(f"{name} warm-up")
                 graph = torch.cuda.CUDAGraph()
                 with torch.cuda.graph(graph, pool=pool):
                     fn()
                 self.graphs[name] = graph
+                lap(f"{name} capture")
             self.lengths.zero_()
             self.drawn.fill_(-1)
 
@@ -449,6 +457,18 @@ class AREngine:
 
 def _uses_cfg(request: ARRequest) -> bool:
     return request.negative is not None and request.cfg_scale != 1.0
+
+
+class _Laps:
+    """Seconds since the last lap, into `into[phase]`, the device's work included (the caller's stream synced)."""
+
+    def __init__(self, device: torch.device, into: dict[str, float]):
+        self.device, self.into, self.clock = device, into, time.perf_counter()
+
+    def __call__(self, phase: str) -> None:
+        _sync(self.device)
+        now = time.perf_counter()
+        self.into[phase], self.clock = now - self.clock, now
 
 
 def _sync(device: torch.device) -> None:

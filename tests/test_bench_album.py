@@ -46,9 +46,14 @@ def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ck
         seconds = w["load_seconds"]
         assert set(seconds) == {"weights", "total", *w["engines"]}, (seconds, w["engines"])
         assert 0 < sum(v for k, v in seconds.items() if k != "total") <= seconds["total"]
+        if "ar" in w["engines"]:     # on the CPU no graphs: the engine's tables and its step weights
+            assert set(w["ar_build_seconds"]) == {"kv cache and tables", "step weights"}
+            assert 0 <= sum(w["ar_build_seconds"].values()) <= seconds["ar"]
+        began = report["load_began_after_s"][w["worker"]]
+        assert 0 < began and began + seconds["total"] <= report["first_stage_after_s"] + 1e-3
     assert 0 < report["first_stage_after_s"] < report["render_wall_s"]
     out = capsys.readouterr().out
-    assert "loaded in" in out and "the first stage began" in out
+    assert "loaded in" in out and "the first stage began" in out and "its AR engine: kv cache and tables" in out
 
 
 def test_a_failed_stage_keeps_its_figures_out_of_the_summary():

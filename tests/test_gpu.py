@@ -103,6 +103,8 @@ def test_fast_sampler_is_batch_invariant_on_the_gpu(gpu_model, kv_format, chain)
     m = cfg.model
     engine = AREngine(model, cfg.tokens, kv_tokens=8 * m.context, cuda_graphs=True, compile=True,
                       kv_format=kv_format, chain=chain)
+    graphs = [f"{name} {part}" for name in engine.graphs for part in ("warm-up", "capture")]
+    assert list(engine.build_seconds) == ["kv cache and tables", "step weights", *graphs]   # where a start goes
     requests = _requests(cfg)
     together = {r.key: r.ids for r in engine.generate(requests)}
     assert engine.generate(requests)[0].mean_batch > 1

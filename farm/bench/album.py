@@ -83,6 +83,8 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
               "placement": [vars_of(w) for w in result.plan.workers], "workers": result.workers,
               "failures": result.failures, "album_makespan_s": makespan, "render_wall_s": total,
               "first_stage_after_s": min(e.start for e in ok) - started,
+              "load_began_after_s": {w["worker"]: w["load_began_at"] - started
+                                     for w in result.workers.values() if w.get("load_began_at")},
               "simulated_makespan_s": result.forecast_s, "ar_window": result.plan.ar_window,
               "stages": stage_rows(ok), "events": [vars_of(e) for e in result.events],
               "nvml_peak_bytes": {u: {str(p): b for p, b in procs.items()}
@@ -203,9 +205,15 @@ def print_report(r: dict) -> None:
     if r.get("first_stage_after_s") is not None:
         console.print(f"the first stage began {r['first_stage_after_s']:.2f} s after the render did (Ray, the plan, "
                       f"the workers' start)")
-    loaded = {w["worker"]: w["load_seconds"] for w in r["workers"].values() if w.get("load_seconds")}
-    for worker, seconds in loaded.items():
-        console.print(f"worker {worker} loaded in {load_breakdown(seconds)}")
+    workers = {w["worker"]: w for w in r["workers"].values() if w.get("load_seconds")}
+    for name, w in workers.items():
+        began = r.get("load_began_after_s", {}).get(name)
+        console.print(f"worker {name} loaded in {load_breakdown(w['load_seconds'])}"
+                      + (f", from {began:.2f} s after the render began (Ray's start, the plan, the process's spawn "
+                         f"and imports before that)" if began is not None else ""))
+        if w.get("ar_build_seconds"):
+            console.print("  its AR engine: " + ", ".join(f"{phase} {s:.2f}" for phase, s in
+                                                          w["ar_build_seconds"].items()))
     failed = [e for e in r["events"] if not e["ok"]]
     if failed:
         console.print(f"{len(failed)} stage runs FAILED (first: {failed[0]['stage']} of {failed[0]['track']}: "
