@@ -44,8 +44,17 @@
 # site.addsitedir on out/fa4site first on PYTHONPATH (docs/benchmarks.md, nineteenth session), as fa4() now does.
 # Since s48 every `farm bench album` also prints each worker's load phases and when the first stage began: read
 # them from album-2gpu's log (or any one-card album) for the ~39 s between an album's render wall and its makespan.
+# s49 read them (6.6 device minutes were left: one H100 call; docs/benchmarks.md, twentieth session): a worker's
+# start took 68.7 s with empty caches and 43.2 s with warm ones, 40.8 / 27.4 s of it the AR engine's build, which
+# the tree could not explain. New step, first in the next session:
+#   step startup       (added in s49) …-s49-startup-probe.py: a worker's start part by part in fresh processes
+#                      (cold caches, then warm twice), the AR build under cProfile with its graphs' laps, and the
+#                      weights through today's loader against a staged one (pinned buffers); then a 2-track album
+#                      with warm caches, whose log now prints the AR engine's laps (~5 min). Ray must travel, and
+#                      the albums' decode needs cffi: ../shared/tools/device-carry.sh cffi pycparser mutagen
+#                      pyloudnorm, carry [".carry"] with its prefix (s49's call lost both decodes to a missing cffi)
 set -u
-step=${1:?step: probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
+step=${1:?step: startup, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -89,6 +98,13 @@ suite_and_bench() {
 }
 
 case "$step" in
+startup)
+    timeout 480 python3 $m/2026-12-05-cpu-s49-startup-probe.py "$OUT" > "$OUT/s49-startup.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s49-startup.log"
+    timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
+        --no-sequential --json "$OUT/s49-album2.json" > "$OUT/s49-album2.log" 2>&1
+    echo "album rc $?" >> "$OUT/s49-album2.log"
+    ;;
 probes)
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-swap-stream-probe.py > "$OUT/s45-fp8-swap-stream.log" 2>&1
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-split-product-probe.py > "$OUT/s45-fp8-split-product.log" 2>&1
