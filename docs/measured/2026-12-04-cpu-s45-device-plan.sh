@@ -53,8 +53,12 @@
 #                      with warm caches, whose log now prints the AR engine's laps (~5 min). Ray must travel, and
 #                      the albums' decode needs cffi: ../shared/tools/device-carry.sh cffi pycparser mutagen
 #                      pyloudnorm, carry [".carry"] with its prefix (s49's call lost both decodes to a missing cffi)
+#   step startup-staged (added in s49; the next call, same machine) …-s49-staged-loading.patch on a copy: weights
+#                      through two pinned buffers in the product's loader, its GPU test, the same 2-track album
+#                      (~2.5 min). Land the patch if the probe's staged loader was faster and the album's weights
+#                      lap shows it
 set -u
-step=${1:?step: startup, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
+step=${1:?step: startup, startup-staged, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -104,6 +108,13 @@ startup)
     timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
         --no-sequential --json "$OUT/s49-album2.json" > "$OUT/s49-album2.log" 2>&1
     echo "album rc $?" >> "$OUT/s49-album2.log"
+    ;;
+startup-staged)
+    patched_copy "$m/2026-12-05-cpu-s49-staged-loading.patch"
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k "pinned_buffers" > "$OUT/s49-staged-test.log" 2>&1
+    timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
+        --no-sequential --json "$OUT/s49-album2-staged.json" > "$OUT/s49-album2-staged.log" 2>&1
+    echo "album rc $?" >> "$OUT/s49-album2-staged.log"
     ;;
 probes)
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-swap-stream-probe.py > "$OUT/s45-fp8-swap-stream.log" 2>&1
