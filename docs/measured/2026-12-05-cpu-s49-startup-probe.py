@@ -56,7 +56,7 @@ def worker_like() -> dict:
     lap("weights")
     profile = cProfile.Profile()
     profile.enable()
-    engine = AREngine(model, ckpt.cfg.tokens, kv_tokens=24 * ckpt.cfg.model.context, cuda_graphs=True,
+    engine = AREngine(model, ckpt.cfg.tokens, kv_tokens=4 * ckpt.cfg.model.context, cuda_graphs=True,
                       compile=True)
     profile.disable()
     lap("ar")
