@@ -161,6 +161,10 @@ class CardWorker:
             now = time.perf_counter()
             phases[phase], clock = now - clock, now
 
+        # the stages' custom ops import torch's compiler stack on their first call (~1.2 s): paid here, not by the
+        # first stage a worker runs (its time would count as the stage's in the metrics and the calibration)
+        import torch._dynamo  # noqa: F401
+        lap("imports")
         model = load_model(self.ckpt.model_dir, self.ckpt.cfg, parts, device=self.device) if parts else None
         lap("weights")
         cuda = self.device == "cuda"

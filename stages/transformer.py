@@ -75,7 +75,9 @@ class Backbone(nn.Module):
     def __init__(self, cfg: ModelConfig, parts: frozenset[str]):
         super().__init__()
         if AR in parts:
-            self.embed_tokens = nn.Embedding(cfg.vocab_size, cfg.hidden_size)
+            # not initialised: the model is built on the meta device and every weight comes from a checkpoint; a
+            # normal_ there (like an arange) imports torch's compiler stack, ~1.2 s of a driver that never compiles
+            self.embed_tokens = nn.Embedding.from_pretrained(torch.empty(cfg.vocab_size, cfg.hidden_size))
         self.layers = nn.ModuleList(DecoderLayer(cfg, parts) for _ in range(cfg.num_hidden_layers))
         self.norm = RMSNorm(cfg.hidden_size, cfg.rms_norm_eps)
 
@@ -101,7 +103,8 @@ class TimeEmbedder(nn.Module):
 class LatentPosEmbed(nn.Module):
     def __init__(self, cfg: ModelConfig):
         super().__init__()
-        self.register_buffer("pe", sinusoid_table(cfg.max_latent_frames, cfg.hidden_size), persistent=True)
+        # its values come from the checkpoint, or from sinusoid_table where the file leaves it out (load_model)
+        self.register_buffer("pe", torch.empty(cfg.max_latent_frames, cfg.hidden_size), persistent=True)
 
 
 class YuE2(nn.Module):
