@@ -56,9 +56,11 @@
 #   step startup-staged (added in s49; the next call, same machine) on a copy, …-s49-staged-loading.patch (the
 #                      weights through two pinned buffers in the product's loader) and …-s49-decoder-beside-
 #                      weights.patch (the worker loads its decoder on the decode thread while the model's weights
-#                      are read, done before any graph capture): the staged loader's GPU test, the batch-invariance
-#                      tests (the worker's laps), the same 2-track album (~3 min). Land each patch whose lap shows it
-#                      (weights; decode ~0 with `its decoder loaded in … beside the weights`)
+#                      are read, done before any graph capture) and …-s49-one-warm-up.patch (one warm-up run per AR
+#                      graph, not two): the staged loader's GPU test, graph step == eager and the batch-invariance
+#                      tests (with the AR laps), the same 2-track album (~3.5 min). Land each patch whose lap shows
+#                      it (weights; decode ~0 with `its decoder loaded in … beside the weights`; each graph's
+#                      warm-up about half of the `startup` step's) and whose tests pass
 set -u
 step=${1:?step: startup, startup-staged, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
@@ -112,9 +114,10 @@ startup)
     echo "album rc $?" >> "$OUT/s49-album2.log"
     ;;
 startup-staged)
-    patched_copy "$m/2026-12-05-cpu-s49-staged-loading.patch" "$m/2026-12-05-cpu-s49-decoder-beside-weights.patch"
-    FARM_GPU_CKPT=out/ck timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py \
-        -k "pinned_buffers or batch_invariant_on_the_gpu" > "$OUT/s49-staged-test.log" 2>&1
+    patched_copy "$m/2026-12-05-cpu-s49-staged-loading.patch" "$m/2026-12-05-cpu-s49-decoder-beside-weights.patch" \
+        "$m/2026-12-05-cpu-s49-one-warm-up.patch"
+    FARM_GPU_CKPT=out/ck timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py \
+        -k "pinned_buffers or batch_invariant_on_the_gpu or graph_step_equals_eager" > "$OUT/s49-staged-test.log" 2>&1
     timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
         --no-sequential --json "$OUT/s49-album2-staged.json" > "$OUT/s49-album2-staged.log" 2>&1
     echo "album rc $?" >> "$OUT/s49-album2-staged.log"
