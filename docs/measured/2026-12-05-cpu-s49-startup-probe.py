@@ -8,9 +8,11 @@ build looked like 27 s when read. So each case here runs in a fresh process, as 
 - the seconds of each part, and the AR engine's own `build_seconds` (each graph's warm-up and capture apart);
 - a cProfile of the AR engine's build (by cumulative and by own time) and torch.compile's own counters;
 - cases: `cold` (Triton and Inductor caches in fresh empty folders), then `warm` twice on those folders.
-Then, in one process, the weights through two loaders, each twice, alternating: today's (safetensors opened on
-the card: a pageable copy per tensor) and a staged one (each tensor's bytes through two pinned buffers, the copy to
-the card asynchronous behind the next tensor's read); the same bytes are checked.
+Then, in one process, how long faulting in every page of the mapped file takes, and the weights through three
+loaders, each twice, alternating: today's (safetensors opened on the card: a pageable copy per tensor from the
+mapped file), and two staged ones (each tensor's bytes through two pinned buffers, the copy to the card
+asynchronous behind the next part's read), one copying from the mapped file, one read() straight into the pinned
+buffers; the same bytes, dtypes and shapes are checked.
 """
 from __future__ import annotations
 
@@ -77,8 +79,14 @@ def worker_like() -> dict:
     return {"parts": parts, "ar_build_seconds": engine.build_seconds, "profile": by, "dynamo": dynamo}
 
 
-def staged_tensors(path: str, names: list[str], device: str, chunk_bytes: int = 256 << 20) -> dict:
-    """Each tensor's bytes through two pinned buffers: the copy to the card runs behind the next read."""
+DTYPES = {"BF16": "bfloat16", "F16": "float16", "F32": "float32", "F64": "float64", "I64": "int64",
+          "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool", "F8_E4M3": "float8_e4m3fn"}
+
+
+def staged_tensors(path: str, names: list[str], device: str, how: str, chunk_bytes: int = 64 << 20) -> dict:
+    """Each tensor's bytes through two pinned buffers in turn, the copy to the card behind the next part's read.
+    how="mapped": the parts copied from safetensors' view of the mapped file (a page fault per 4 KiB page);
+    how="read": read() from the file straight into the pinned buffer (the header parsed here for the offsets)."""
     import torch
     from safetensors import safe_open
 
@@ -86,27 +94,38 @@ def staged_tensors(path: str, names: list[str], device: str, chunk_bytes: int = 
     done = [torch.cuda.Event(), torch.cuda.Event()]
     stream = torch.cuda.Stream()
     out, turn = {}, 0
-    with safe_open(path, framework="pt", device="cpu") as f:
-        for name in names:
-            host = f.get_tensor(name)
-            flat = host.reshape(-1).view(torch.uint8)
-            target = torch.empty(host.shape, dtype=host.dtype, device=device)
-            dst = target.reshape(-1).view(torch.uint8)
-            for a in range(0, flat.numel(), chunk_bytes):
-                n = min(chunk_bytes, flat.numel() - a)
+    with open(path, "rb", buffering=0) as raw:
+        size = int.from_bytes(raw.read(8), "little")
+        header = json.loads(raw.read(size))
+        begin_data = 8 + size
+        mapped = safe_open(path, framework="pt", device="cpu") if how == "mapped" else None
+        for name in sorted(names, key=lambda n: header[n]["data_offsets"][0]):
+            entry = header[name]
+            a0, a1 = entry["data_offsets"]
+            target = torch.empty(a1 - a0, dtype=torch.uint8, device=device)
+            flat = mapped.get_tensor(name).reshape(-1).view(torch.uint8) if mapped else None
+            raw.seek(begin_data + a0)
+            for a in range(0, a1 - a0, chunk_bytes):
+                n = min(chunk_bytes, a1 - a0 - a)
                 done[turn].synchronize()               # that buffer's last copy has left it
-                buffers[turn][:n].copy_(flat[a:a + n])
+                if mapped:
+                    buffers[turn][:n].copy_(flat[a:a + n])
+                else:
+                    view, got = memoryview(buffers[turn].numpy())[:n], 0
+                    while got < n:
+                        got += raw.readinto(view[got:])
                 with torch.cuda.stream(stream):
-                    dst[a:a + n].copy_(buffers[turn][:n], non_blocking=True)
+                    target[a:a + n].copy_(buffers[turn][:n], non_blocking=True)
                     done[turn].record(stream)
                 turn ^= 1
-            out[name] = target
+            out[name] = target.view(getattr(torch, DTYPES[entry["dtype"]])).reshape(entry["shape"])
     stream.synchronize()
     return out
 
 
 def loaders() -> dict:
     import torch
+    from safetensors import safe_open
 
     from stages.checkpoint import load_tensors
     from stages.requests import open_checkpoint
@@ -117,20 +136,25 @@ def loaders() -> dict:
     path, names = check_model_file(ckpt.model_dir, ckpt.cfg, {AR, HEAD, NAR})
     torch.zeros(1, device="cuda")
     rows, reference = [], None
+    start = time.perf_counter()           # page faults alone: one byte of every 4 KiB page of the mapped file
+    with safe_open(str(path), framework="pt", device="cpu") as f:
+        touched = sum(int(f.get_tensor(n).reshape(-1).view(torch.uint8)[::4096].sum()) for n in names)
+    rows.append({"loader": "touch every mapped page", "seconds": time.perf_counter() - start, "sum": touched})
+    print(rows[-1], flush=True)
     for rnd in range(2):
-        for kind in ("today", "staged"):
+        for kind in ("today", "mapped", "read"):
             torch.cuda.synchronize()
             start = time.perf_counter()
             got = (load_tensors(path, names, dtype=None, device="cuda") if kind == "today"
-                   else staged_tensors(str(path), names, "cuda"))
+                   else staged_tensors(str(path), names, "cuda", kind))
             torch.cuda.synchronize()
             seconds = time.perf_counter() - start
             size = sum(t.numel() * t.element_size() for t in got.values())
             if reference is None:
-                reference = got
-                same = True
+                reference, same = got, True
             else:
-                same = all(torch.equal(got[n].view(torch.uint8), reference[n].view(torch.uint8)) for n in names)
+                same = all(got[n].dtype == reference[n].dtype and got[n].shape == reference[n].shape
+                           and torch.equal(got[n].view(torch.uint8), reference[n].view(torch.uint8)) for n in names)
             rows.append({"round": rnd, "loader": kind, "seconds": seconds, "gb": size / 1e9,
                          "gb_per_s": size / 1e9 / seconds, "same_bytes": same})
             print(rows[-1], flush=True)
