@@ -57,10 +57,10 @@
 #                      weights through two pinned buffers in the product's loader) and …-s49-decoder-beside-
 #                      weights.patch (the worker loads its decoder on the decode thread while the model's weights
 #                      are read, done before any graph capture) and …-s49-one-warm-up.patch (one warm-up run per AR
-#                      graph, not two): the staged loader's GPU test, graph step == eager and the batch-invariance
-#                      tests (with the AR laps), the same 2-track album (~3.5 min). Land each patch whose lap shows
-#                      it (weights; decode ~0 with `its decoder loaded in … beside the weights`; each graph's
-#                      warm-up about half of the `startup` step's) and whose tests pass
+#                      graph, not two): the whole GPU suite (the staged loader's test, graph step == eager, the
+#                      batch-invariance tests with the AR laps), the same 2-track album (~6.5 min). Land each patch
+#                      whose lap shows it (weights; decode ~0 with `its decoder loaded in … beside the weights`;
+#                      each graph's warm-up about half of the `startup` step's) and whose tests pass
 set -u
 step=${1:?step: startup, startup-staged, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
@@ -116,8 +116,8 @@ startup)
 startup-staged)
     patched_copy "$m/2026-12-05-cpu-s49-staged-loading.patch" "$m/2026-12-05-cpu-s49-decoder-beside-weights.patch" \
         "$m/2026-12-05-cpu-s49-one-warm-up.patch"
-    FARM_GPU_CKPT=out/ck timeout 200 python3 -m pytest -q -m gpu tests/test_gpu.py \
-        -k "pinned_buffers or batch_invariant_on_the_gpu or graph_step_equals_eager" > "$OUT/s49-staged-test.log" 2>&1
+    FARM_GPU_CKPT=out/ck timeout 300 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
+        > "$OUT/s49-staged-gpu-tests.log" 2>&1
     timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
         --no-sequential --json "$OUT/s49-album2-staged.json" > "$OUT/s49-album2-staged.log" 2>&1
     echo "album rc $?" >> "$OUT/s49-album2-staged.log"
