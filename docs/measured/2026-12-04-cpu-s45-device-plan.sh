@@ -60,7 +60,9 @@
 #                      graph, not two): the whole GPU suite (the staged loader's test, graph step == eager, the
 #                      batch-invariance tests with the AR laps), the same 2-track album (~6.5 min). Land each patch
 #                      whose lap shows it (weights; decode ~0 with `its decoder loaded in … beside the weights`;
-#                      each graph's warm-up about half of the `startup` step's) and whose tests pass
+#                      each graph's warm-up about half of the `startup` step's) and whose tests pass. Both steps
+#                      keep their compile caches in /tmp/s49-caches: on the machine that ran `startup` the album
+#                      here is warm; on a fresh one, compare it with the probe's cold case instead
 set -u
 step=${1:?step: startup, startup-staged, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
@@ -107,6 +109,9 @@ suite_and_bench() {
 
 case "$step" in
 startup)
+    # empty compile caches of its own for the probe's cold case; the album after it finds them warm
+    export TRITON_CACHE_DIR=/tmp/s49-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s49-caches/inductor
+    rm -rf /tmp/s49-caches
     timeout 480 python3 $m/2026-12-05-cpu-s49-startup-probe.py "$OUT" > "$OUT/s49-startup.log" 2>&1
     echo "probe rc $?" >> "$OUT/s49-startup.log"
     timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
@@ -114,6 +119,7 @@ startup)
     echo "album rc $?" >> "$OUT/s49-album2.log"
     ;;
 startup-staged)
+    export TRITON_CACHE_DIR=/tmp/s49-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s49-caches/inductor
     patched_copy "$m/2026-12-05-cpu-s49-staged-loading.patch" "$m/2026-12-05-cpu-s49-decoder-beside-weights.patch" \
         "$m/2026-12-05-cpu-s49-one-warm-up.patch"
     FARM_GPU_CKPT=out/ck timeout 300 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \

@@ -166,8 +166,14 @@ def loaders() -> dict:
 
 def main(out: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
+    # the caches the cold case starts from: the caller's (empty) folders when it names them, so that what runs after
+    # the probe finds them warm, else new ones
     caches = Path(tempfile.mkdtemp(prefix="startup-caches-"))
-    env = {**os.environ, "TRITON_CACHE_DIR": str(caches / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor")}
+    env = {"TRITON_CACHE_DIR": str(caches / "triton"), "TORCHINDUCTOR_CACHE_DIR": str(caches / "inductor"),
+           **os.environ}
+    for name in ("TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR"):
+        if Path(env[name]).exists() and any(Path(env[name]).iterdir()):
+            print(f"{name}={env[name]} is not empty: the cold case will not be cold", flush=True)
     results = {}
     for case in ("cold", "warm", "warm2"):
         start = time.perf_counter()
