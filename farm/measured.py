@@ -92,8 +92,10 @@ def acoustic_figures(report: dict) -> dict[str, float]:
 
 def album_figures(report: dict) -> dict[str, float]:
     """album<N>_<G>gpu_s: the makespan of N tracks on G cards; _ar_s: first plan start → last semantic end (the
-    AR part); and the speed-up over the sequential path when it ran. A figure that needs a stage which failed in
-    the run is left out (the AR part stands when only later stages failed)."""
+    AR part); _first_stage_s: how long after the render's start the first stage began (Ray, the plan, the
+    workers' start); _wall_s: the render's whole wall; and the speed-up over the sequential path when it ran. A
+    figure that needs a stage which failed in the run is left out (the AR part and the start stand when only later
+    stages failed)."""
     cards = len({c for s in report["stages"] for c in s["cards"]})
     kv = "" if report.get("kv_cache", "bf16") == "bf16" else f"_kv{report['kv_cache']}"
     name = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}_{cards}gpu{kv}"
@@ -102,9 +104,13 @@ def album_figures(report: dict) -> dict[str, float]:
     out = {}
     if ar and not failed & {"plan", "semantic"}:
         out[f"{name}_ar_s"] = max(e["end"] for e in ar) - min(e["start"] for e in ar)
+    if report.get("first_stage_after_s") is not None:
+        out[f"{name}_first_stage_s"] = report["first_stage_after_s"]
     if failed:
         return out
     out[f"{name}_s"] = report["album_makespan_s"]
+    if report.get("render_wall_s") is not None:
+        out[f"{name}_wall_s"] = report["render_wall_s"]
     if "sequential" in report:
         one = f"album{report['tracks']}{'_mixed' if report.get('mixed') else ''}"
         speedup = f"{one}_speedup_vs_sequential" if cards == 1 else f"{name}_speedup_vs_sequential"

@@ -70,3 +70,9 @@ def test_a_failed_stage_keeps_its_figures_out_of_the_summary():
     assert album_figures(report) == {"album1_1gpu_ar_s": 30}
     events[1] = event("a", "semantic", 10, 12, ok=False)
     assert album_figures(report) == {}
+    # the start stands whatever failed later; the wall only when the album finished
+    report.update(first_stage_after_s=40.0, render_wall_s=80.0)
+    assert album_figures(report) == {"album1_1gpu_first_stage_s": 40.0}
+    events[1], events[-1] = event("a", "semantic", 10, 30), event("a", "decode", 35, 36)
+    assert album_figures(report) == {"album1_1gpu_ar_s": 30, "album1_1gpu_s": 36.0,
+                                     "album1_1gpu_first_stage_s": 40.0, "album1_1gpu_wall_s": 80.0}
