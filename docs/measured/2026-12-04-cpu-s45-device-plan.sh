@@ -48,9 +48,10 @@
 # start took 68.7 s with empty caches and 43.2 s with warm ones, 40.8 / 27.4 s of it the AR engine's build, which
 # the tree could not explain. New step, first in the next session:
 #   step startup       (added in s49) …-s49-startup-probe.py: a worker's start part by part in fresh processes
-#                      (cold caches, then warm twice), the AR build under cProfile with its graphs' laps, and the
-#                      weights through today's loader against a staged one (pinned buffers); then a 2-track album
-#                      with warm caches, whose log now prints the AR engine's laps (~5 min). Ray must travel, and
+#                      (cold caches, then warm twice), the AR build under cProfile with its graphs' laps, the
+#                      mapped file's page faults alone, and the weights through three loaders (today's; staged
+#                      through pinned buffers from the mapped file; read() straight into them); then a 2-track
+#                      album with warm caches, whose log now prints the AR engine's laps (~6 min). Ray must travel, and
 #                      the albums' decode needs cffi: ../shared/tools/device-carry.sh cffi pycparser mutagen
 #                      pyloudnorm, carry [".carry"] with its prefix (s49's call lost both decodes to a missing cffi)
 #   step startup-staged (added in s49; the next call, same machine) on a copy, …-s49-staged-loading.patch (the
