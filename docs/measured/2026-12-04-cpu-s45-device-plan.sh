@@ -63,9 +63,16 @@
 #                      whose lap shows it (weights; decode ~0 with `its decoder loaded in … beside the weights`;
 #                      each graph's warm-up about half of the `startup` step's) and whose tests pass. Both steps
 #                      keep their compile caches in /tmp/s49-caches: on the machine that ran `startup` the album
-#                      here is warm; on a fresh one, compare it with the probe's cold case instead
+#                      here is warm; on a fresh one, compare it with the probe's cold case instead. Carry [".fa4a"]
+#                      in this call (it leaves FA4's first half in out/ for album12)
+#   step album12       (added in s49; the third call, same machine, carry [".fa4b"]) after the patches that won
+#                      landed: `farm bench album --tracks 12 --no-sequential --summary` with FlashAttention-4, for
+#                      the headline makespan on today's tree and the new start keys (album12_1gpu_first_stage_s,
+#                      album12_1gpu_wall_s; ~2.5 min). Ray and cffi are already in /tmp/site from `startup`; on a
+#                      fresh machine carry [".carry"] instead (no room for a FA4 half beside Ray: SDPA, which the
+#                      log says). The FA4 halves: bash docs/measured/2026-12-05-cpu-s49-fa4-carry.sh (35 + 35 MB)
 set -u
-step=${1:?step: startup, startup-staged, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
+step=${1:?step: startup, startup-staged, album12, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -120,6 +127,7 @@ startup)
     echo "album rc $?" >> "$OUT/s49-album2.log"
     ;;
 startup-staged)
+    fa4
     export TRITON_CACHE_DIR=/tmp/s49-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s49-caches/inductor
     patched_copy "$m/2026-12-05-cpu-s49-staged-loading.patch" "$m/2026-12-05-cpu-s49-decoder-beside-weights.patch" \
         "$m/2026-12-05-cpu-s49-one-warm-up.patch"
@@ -128,6 +136,15 @@ startup-staged)
     timeout 110 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
         --no-sequential --json "$OUT/s49-album2-staged.json" > "$OUT/s49-album2-staged.log" 2>&1
     echo "album rc $?" >> "$OUT/s49-album2-staged.log"
+    ;;
+album12)
+    fa4
+    export TRITON_CACHE_DIR=/tmp/s49-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s49-caches/inductor
+    python3 -c "import flash_attn.cute; print('FlashAttention-4 importable')" > "$OUT/s49-album12.log" 2>&1
+    timeout 400 python3 -m farm bench album --model out/ck --tracks 12 --no-sequential \
+        --gantt "$OUT/album12-1gpu-gantt.png" --json "$OUT/s49-album12.json" --summary "$OUT/s49-summary.json" \
+        >> "$OUT/s49-album12.log" 2>&1
+    echo "album rc $?" >> "$OUT/s49-album12.log"
     ;;
 probes)
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-swap-stream-probe.py > "$OUT/s45-fp8-swap-stream.log" 2>&1
