@@ -7,7 +7,8 @@ build looked like 27 s when read. So each case here runs in a fresh process, as 
 (weights, AR engine with graphs and torch.compile, acoustic engine, decoder), and writes:
 - the seconds of each part, and the AR engine's own `build_seconds` (each graph's warm-up and capture apart);
 - a cProfile of the AR engine's build (by cumulative and by own time) and torch.compile's own counters;
-- cases: `cold` (Triton and Inductor caches in fresh empty folders), then `warm` twice on those folders.
+- cases: `cold` (Triton and Inductor caches in fresh empty folders), then `warm` twice on those folders, then
+  `warm-1thread`: warm with TORCHINDUCTOR_COMPILE_THREADS=1 (no pool of compile processes).
 Then, in one process, how long faulting in every page of the mapped file takes, and the weights through three
 loaders, each twice, alternating: today's (safetensors opened on the card: a pageable copy per tensor from the
 mapped file), and two staged ones (each tensor's bytes through two pinned buffers, the copy to the card
@@ -175,10 +176,13 @@ def main(out: Path) -> None:
         if Path(env[name]).exists() and any(Path(env[name]).iterdir()):
             print(f"{name}={env[name]} is not empty: the cold case will not be cold", flush=True)
     results = {}
-    for case in ("cold", "warm", "warm2"):
+    # warm-1thread: Inductor without its pool of compile processes, which it starts on a first compile even when
+    # every kernel is in its cache (a warm start compiles nothing)
+    for case, extra in (("cold", {}), ("warm", {}), ("warm2", {}),
+                        ("warm-1thread", {"TORCHINDUCTOR_COMPILE_THREADS": "1"})):
         start = time.perf_counter()
-        run = subprocess.run([sys.executable, __file__, "--child", "worker"], env=env, capture_output=True,
-                             text=True, timeout=400)
+        run = subprocess.run([sys.executable, __file__, "--child", "worker"], env={**env, **extra},
+                             capture_output=True, text=True, timeout=400)
         print(f"{case}: rc {run.returncode} in {time.perf_counter() - start:.1f} s", flush=True)
         with open(out / "startup.stderr", "a") as log:           # one file: a call brings back eight at most
             log.write(f"==== {case}\n{run.stderr[-20000:]}\n")
