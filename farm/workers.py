@@ -147,20 +147,14 @@ class CardWorker:
 
     def _load(self, spec: WorkerSpec) -> dict[str, float]:
         """The engines this card hosts, sharing one model for the AR branch; seconds per phase."""
+        from stages.laps import Laps
         from stages.transformer import AR, HEAD, NAR
         from stages.weights import load_model
 
         own_ar = "ar" in spec.engines and spec.ar_checkpoint is None
         parts = ({AR, HEAD} if own_ar else set()) | ({AR, NAR} if "acoustic" in spec.engines else set())
-        clock, phases = time.perf_counter(), {}
-
-        def lap(phase: str) -> None:
-            nonlocal clock
-            if self.device == "cuda":
-                self.torch.cuda.synchronize()
-            now = time.perf_counter()
-            phases[phase], clock = now - clock, now
-
+        phases: dict[str, float] = {}
+        lap = Laps(self.device, phases)
         # the stages' custom ops import torch's compiler stack on their first call (~1.2 s): paid here, not by the
         # first stage a worker runs (its time would count as the stage's in the metrics and the calibration)
         import torch._dynamo  # noqa: F401

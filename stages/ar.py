@@ -29,6 +29,7 @@ from . import fast_sampling, layer_chain, layer_chain_w8a8, quant, sampling, ski
 from .compiled import shared
 from .config import Sampling, TokenLayout
 from .kv_cache import PagedKV
+from .laps import Laps, sync_stream
 from .paged_attention import decode_attention
 from .protocol import check_context
 from .transformer import AR, YuE2, attend, branch_weights, dims, layer_head, layer_tail, logits, rms_norm, rope_table
@@ -115,7 +116,7 @@ class AREngine:
         self.device, self.dtype = model.model.embed_tokens.weight.device, model.model.embed_tokens.weight.dtype
         # where building the engine goes, phase → seconds (a farm worker reports it: its start is mostly this)
         self.build_seconds: dict[str, float] = {}
-        lap = _Laps(self.device, self.build_seconds)
+        lap = Laps(self.device, self.build_seconds)
         self.slots, self.block = slots, block
         self.kv = PagedKV(cfg, slots=slots, tokens=kv_tokens or 2 * cfg.context, device=self.device,
                           dtype=self.dtype, kv_format=kv_format)
@@ -198,7 +199,7 @@ class AREngine:
             live.window = sampling.RecentWindow(request.sampling.penalty_window, self.cfg.vocab_size, self.device)
             live.bias = sampling.allowed_bias(request.phase, self.layout, self.cfg.vocab_size, torch.float32,
                                               self.device)
-        _sync(self.device)
+        sync_stream(self.device)
         live.started = time.perf_counter()
         live.prefill_seconds = live.started - start
         self.live.append(live)
@@ -308,7 +309,7 @@ class AREngine:
         self._follow(go, drawn, t.owner, t.active, self.tokens)
         self._feed(variant)
 
-    def _capture(self, lap: _Laps) -> None:
+    def _capture(self, lap: Laps) -> None:
         """Graphs, captured while no request lives: `block` fast steps, and one plain feed (exact / teacher forcing).
         Warm-up runs first on a side stream (torch.compile compiles there, and the Triton kernels compile or load on
         their first launch): `lap` times each graph's warm-up and capture apart."""
@@ -358,7 +359,7 @@ class AREngine:
         variant = self.variants[frozenset(live.request.phase for live in self.live)]
         self._run(variant.name, variant)
         self.drawn_host.copy_(self.drawn, non_blocking=True)
-        _sync(self.device)
+        sync_stream(self.device)
         if self.chain_state is not None and layer_chain.timed_out(self.chain_state):
             raise RuntimeError("the layer-chain kernel's grid barrier timed out: this block's tokens are wrong")
         rows = self.drawn_host.tolist()
@@ -396,7 +397,7 @@ class AREngine:
         n = len(drawn)
         self.drawn_host[0, :n].copy_(torch.cat(drawn), non_blocking=True)
         self._run("feed")                                                  # queued before the host reads back
-        _sync(self.device)
+        sync_stream(self.device)
         finished, going_on = [], []
         for live, token in zip(self.live, self.drawn_host[0, :n].tolist()):
             live.batch_sum += n
@@ -426,7 +427,7 @@ class AREngine:
             self.table.active[slot] = False
             self.kv.release(slot)
             self.free_slots.append(slot)
-        _sync(self.device)
+        sync_stream(self.device)
         return ARResult(live.request.key, live.request.phase, np.asarray(live.history, dtype=np.int32), truncated,
                         live.prefill_seconds, time.perf_counter() - live.started,
                         live.batch_sum / max(1, live.steps))
@@ -457,22 +458,3 @@ class AREngine:
 
 def _uses_cfg(request: ARRequest) -> bool:
     return request.negative is not None and request.cfg_scale != 1.0
-
-
-class _Laps:
-    """Seconds since the last lap, into `into[phase]`, the device's work included (the caller's stream synced)."""
-
-    def __init__(self, device: torch.device, into: dict[str, float]):
-        self.device, self.into, self.clock = device, into, time.perf_counter()
-
-    def __call__(self, phase: str) -> None:
-        _sync(self.device)
-        now = time.perf_counter()
-        self.into[phase], self.clock = now - self.clock, now
-
-
-def _sync(device: torch.device) -> None:
-    """Wait for this thread's stream only: a card's acoustic and decode stages may be busy on streams of their own
-    (farm/workers.py), and the AR step must not wait for them."""
-    if device.type == "cuda":
-        torch.cuda.current_stream(device).synchronize()
