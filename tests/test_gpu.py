@@ -347,3 +347,20 @@ def test_tf32x3_decode_stays_within_fp32_noise_of_fp64():
     vae._warm(fresh)
     held = fresh._tf32x3_plan
     assert tc.plan_for(fresh) is held[1]
+
+
+def test_tensors_reach_the_card_through_the_pinned_buffers_unchanged(tmp_path):
+    """Read to the card in parts of 4 KiB (each buffer reused many times, parts that end mid-tensor): the file's
+    bytes, every dtype and shape; through load_tensors too, cast on the way."""
+    from stages.checkpoint import _read_to_card, load_tensors, write_tensors
+
+    g = torch.Generator().manual_seed(0)
+    tensors = {"a": torch.randn(1000, 37, generator=g).bfloat16(), "b": torch.randn(3, 5, 7, generator=g),
+               "c": torch.arange(10, dtype=torch.int64), "d": torch.randn(1, generator=g).half()}
+    path = tmp_path / "m.safetensors"
+    write_tensors(path, tensors, {})
+    got = dict(_read_to_card(path, list(tensors), "cuda", stage_bytes=4096))
+    for name, t in tensors.items():
+        assert got[name].is_cuda and got[name].dtype == t.dtype and torch.equal(got[name].cpu(), t), name
+    cast = load_tensors(path, ["a", "b"], dtype=torch.float32, device="cuda")
+    assert torch.equal(cast["a"].cpu(), tensors["a"].float()) and torch.equal(cast["b"].cpu(), tensors["b"])
