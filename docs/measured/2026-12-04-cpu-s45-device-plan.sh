@@ -72,7 +72,7 @@
 #                      fresh machine carry [".carry"] instead (no room for a FA4 half beside Ray: SDPA, which the
 #                      log says). The FA4 halves: bash docs/measured/2026-12-05-cpu-s49-fa4-carry.sh (35 + 35 MB)
 set -u
-step=${1:?step: startup, startup-staged, album12, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
+step=${1:?step: startup, startup-staged, album12, pycache, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
 m=docs/measured
 
@@ -145,6 +145,18 @@ album12)
         --gantt "$OUT/album12-1gpu-gantt.png" --json "$OUT/s49-album12.json" --summary "$OUT/s49-summary.json" \
         >> "$OUT/s49-album12.log" 2>&1
     echo "album rc $?" >> "$OUT/s49-album12.log"
+    ;;
+pycache)
+    # (added in s50) the rented machines' torch has no bytecode cache and cannot write one: every process compiles
+    # ~1,500 modules from source (~5 s in the s50 probe's profile). Three 2-track albums: with a writable cache
+    # (PYTHONPYCACHEPREFIX; the first fills it, with empty compile caches too), then warm, then without it
+    export TRITON_CACHE_DIR=/tmp/s50-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s50-caches/inductor
+    for run in fill cached plain; do
+        if [ $run = plain ]; then unset PYTHONPYCACHEPREFIX; else export PYTHONPYCACHEPREFIX=/tmp/s50-pycache; fi
+        timeout 170 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
+            --no-sequential --json "$OUT/s50-album2-$run.json" > "$OUT/s50-album2-$run.log" 2>&1
+        echo "album rc $?" >> "$OUT/s50-album2-$run.log"
+    done
     ;;
 probes)
     timeout 200 python3 $m/2026-12-04-cpu-s45-fp8-swap-stream-probe.py > "$OUT/s45-fp8-swap-stream.log" 2>&1
