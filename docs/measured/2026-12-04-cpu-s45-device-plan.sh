@@ -151,8 +151,14 @@ pycache)
     # ~1,500 modules from source (~5 s in the s50 probe's profile). Three 2-track albums: with a writable cache
     # (PYTHONPYCACHEPREFIX; the first fills it, with empty compile caches too), then warm, then without it
     export TRITON_CACHE_DIR=/tmp/s50-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s50-caches/inductor
+    python3 -c "import os, sys, torch; print('dont_write_bytecode', sys.flags.dont_write_bytecode, 'torch dir \
+writable', os.access(os.path.dirname(torch.__file__), os.W_OK), 'pycache_prefix', sys.pycache_prefix)" \
+        > "$OUT/s50-pycache-env.log" 2>&1
+    ls "$(python3 -c 'import os, torch; print(os.path.dirname(torch.__file__))')/__pycache__" 2>&1 | head -3 \
+        >> "$OUT/s50-pycache-env.log"
     for run in fill cached plain; do
-        if [ $run = plain ]; then unset PYTHONPYCACHEPREFIX; else export PYTHONPYCACHEPREFIX=/tmp/s50-pycache; fi
+        if [ $run = plain ]; then unset PYTHONPYCACHEPREFIX
+        else export PYTHONPYCACHEPREFIX=/tmp/s50-pycache; unset PYTHONDONTWRITEBYTECODE; fi
         timeout 170 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
             --no-sequential --json "$OUT/s50-album2-$run.json" > "$OUT/s50-album2-$run.log" 2>&1
         echo "album rc $?" >> "$OUT/s50-album2-$run.log"
