@@ -73,7 +73,7 @@
 #                      log says). The FA4 halves: bash docs/measured/2026-12-05-cpu-s49-fa4-carry.sh (35 + 35 MB)
 # s50 ran startup, startup-staged and album12 on one H100 (docs/benchmarks.md, twenty-first session): the staged
 # loader landed; decoder-beside-weights and one-warm-up were measured and dropped. A warm worker's start is 13.7 s,
-# much of it Python compiling torch's source in every process on these machines. Next: step pycache (~5 min).
+# much of it Python compiling torch's source in every process on these machines. pycache ran too (s50, a 4th call).
 set -u
 step=${1:?step: startup, startup-staged, album12, pycache, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
