@@ -3,3 +3,6 @@
 plan and semantic run on `ar.AREngine`, acoustic on `acoustic.AcousticEngine`, decode on `vae.OobleckDecoder`;
 `song.render_song` chains them for one song in one process.
 """
+from .ptxas import pin_ptxas
+
+pin_ptxas()      # before any kernel compiles (stages/ptxas.py says why)

@@ -364,3 +364,46 @@ def test_tensors_reach_the_card_through_the_pinned_buffers_unchanged(tmp_path):
         assert got[name].is_cuda and got[name].dtype == t.dtype and torch.equal(got[name].cpu(), t), name
     cast = load_tensors(path, ["a", "b"], dtype=torch.float32, device="cuda")
     assert torch.equal(cast["a"].cpu(), tensors["a"].float()) and torch.equal(cast["b"].cpu(), tensors["b"])
+
+
+_CACHE_CHILD = """
+import sys, torch
+import stages                                    # pins the ptxas (stages/ptxas.py)
+from stages import skinny_gemm
+
+def ours():
+    x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
+    skinny_gemm.linear(x, torch.randn(512, 256, device="cuda", dtype=torch.bfloat16))
+
+def inductor():
+    torch.compile(lambda t: (t * 2).sin())(torch.ones(8, device="cuda"))
+
+for step in sys.argv[1:]:
+    {"ours": ours, "inductor": inductor}[step]()
+torch.cuda.synchronize()
+"""
+
+
+def test_a_second_process_finds_our_kernels_in_the_compile_cache(tmp_path):
+    """The first process compiles our kernel before Inductor compiles anything, the second after (Inductor, when
+    it compiles in the calling process, points Triton at torch's ptxas): the second finds the first's kernel.
+    Without the pin, Triton filed it under its own ptxas's version the first time and looked for it under torch's
+    the second, and compiled it again (stages/ptxas.py)."""
+    import subprocess
+    import sys
+
+    from stages.ptxas import VARIABLE, bundled_ptxas
+
+    if bundled_ptxas() is None:
+        pytest.skip("this torch ships no ptxas of its own")
+    env = {k: v for k, v in os.environ.items() if k != VARIABLE}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               TORCHINDUCTOR_COMPILE_THREADS="1", PYTHONPATH=os.getcwd())
+
+    def filed():
+        return {p.parent.name for p in (tmp_path / "triton").rglob("skinny_gemm*.json")}
+
+    subprocess.run([sys.executable, "-c", _CACHE_CHILD, "ours", "inductor"], env=env, check=True, timeout=300)
+    first = filed()
+    subprocess.run([sys.executable, "-c", _CACHE_CHILD, "inductor", "ours"], env=env, check=True, timeout=300)
+    assert first and filed() == first

@@ -1,0 +1,44 @@
+#!/usr/bin/env bash
+# Device runs prepared on the CPU box in session s51, one step per call; logs go to $OUT. Each call: the prefix that
+# ../shared/tools/device-carry.sh prints (carry [".carry"]), init-checkpoint into out/ck, then
+#   bash docs/measured/2026-12-05-cpu-s51-device-plan.sh STEP
+#   step ptxas     …-s51-ptxas-probe.py: whether a second process finds the first one's Triton kernels, with the
+#                  tree's ptxas pin (stages/ptxas.py) and with it stubbed out; a worker's start in three fresh
+#                  processes on empty caches with the pin (s50 without it: AR build 41.4 / 31.7 / 12.8 s); then the
+#                  new GPU test of the pin (~4 min)
+#   step ptxas-ab  our kernels as each ptxas builds them: `farm bench ar --rows 1 --rows 24` with torch's ptxas
+#                  (CUDA 13.0, what the pin picks) and with Triton's own (12.8, what a machine's first process used
+#                  before the pin), each on empty caches of its own; then the whole GPU suite (~6 min)
+#   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
+set -u
+step=${1:?step: ptxas, ptxas-ab or album12}
+m=docs/measured
+
+case "$step" in
+ptxas)
+    timeout 420 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" > "$OUT/s51-ptxas-probe.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s51-ptxas-probe.log"
+    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k second_process \
+        > "$OUT/s51-ptxas-gpu-test.log" 2>&1
+    ;;
+ptxas-ab)
+    triton_ptxas=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), \
+'backends', 'nvidia', 'bin', 'ptxas'))")
+    torch_ptxas=$(python3 -c "from stages.ptxas import bundled_ptxas; print(bundled_ptxas())")
+    for which in torch triton; do
+        export TRITON_PTXAS_PATH=$torch_ptxas
+        if [ $which = triton ]; then export TRITON_PTXAS_PATH=$triton_ptxas; fi
+        export TRITON_CACHE_DIR=/tmp/s51-$which/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s51-$which/inductor
+        rm -rf /tmp/s51-$which
+        "$TRITON_PTXAS_PATH" --version | tail -2 > "$OUT/s51-bench-ar-ptxas-$which.log"
+        timeout 200 python3 -m farm bench ar --model out/ck --device cuda --rows 1 --rows 24 --numerics-tokens 256 \
+            --json "$OUT/s51-bench-ar-ptxas-$which.json" >> "$OUT/s51-bench-ar-ptxas-$which.log" 2>&1
+    done
+    unset TRITON_PTXAS_PATH TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
+    FARM_GPU_CKPT=out/ck timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
+        > "$OUT/s51-gpu-tests.log" 2>&1
+    ;;
+album12)
+    bash $m/2026-12-04-cpu-s45-device-plan.sh album12
+    ;;
+esac
