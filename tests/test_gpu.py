@@ -375,11 +375,11 @@ def ours():
     x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
     skinny_gemm.linear(x, torch.randn(512, 256, device="cuda", dtype=torch.bfloat16))
 
-def inductor():
-    torch.compile(lambda t: (t * 2).sin())(torch.ones(8, device="cuda"))
+def inductor(k):      # a function of its own per k: a compile the cache has not seen
+    torch.compile(lambda t: (t * k).sin())(torch.ones(8, device="cuda"))
 
 for step in sys.argv[1:]:
-    {"ours": ours, "inductor": inductor}[step]()
+    ours() if step == "ours" else inductor(float(step.split("-")[1]))
 torch.cuda.synchronize()
 """
 
@@ -403,7 +403,7 @@ def test_a_second_process_finds_our_kernels_in_the_compile_cache(tmp_path):
     def filed():
         return {p.parent.name for p in (tmp_path / "triton").rglob("skinny_gemm*.json")}
 
-    subprocess.run([sys.executable, "-c", _CACHE_CHILD, "ours", "inductor"], env=env, check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", _CACHE_CHILD, "ours", "inductor-2"], env=env, check=True, timeout=300)
     first = filed()
-    subprocess.run([sys.executable, "-c", _CACHE_CHILD, "inductor", "ours"], env=env, check=True, timeout=300)
+    subprocess.run([sys.executable, "-c", _CACHE_CHILD, "inductor-3", "ours"], env=env, check=True, timeout=300)
     assert first and filed() == first

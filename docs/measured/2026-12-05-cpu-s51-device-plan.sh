@@ -22,6 +22,8 @@ ptxas)
         > "$OUT/s51-ptxas-gpu-test.log" 2>&1
     ;;
 ptxas-ab)
+    # (after the first ptxas call) part 1 again, its second process now compiling a function Inductor had not seen
+    timeout 200 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --no-startup > "$OUT/s51-ptxas-probe-2.log" 2>&1
     triton_ptxas=$(python3 -c "import os, triton; print(os.path.join(os.path.dirname(triton.__file__), \
 'backends', 'nvidia', 'bin', 'ptxas'))")
     torch_ptxas=$(python3 -c "from stages.ptxas import bundled_ptxas; print(bundled_ptxas())")
