@@ -11,7 +11,7 @@
 #                  before the pin), each on empty caches of its own; then the whole GPU suite (~6 min)
 #   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
 set -u
-step=${1:?step: ptxas, ptxas-ab or album12}
+step=${1:?step: ptxas, ptxas-ab, ptxas-control or album12}
 m=docs/measured
 
 case "$step" in
@@ -39,6 +39,11 @@ ptxas-ab)
     unset TRITON_PTXAS_PATH TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
     FARM_GPU_CKPT=out/ck timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
         > "$OUT/s51-gpu-tests.log" 2>&1
+    ;;
+ptxas-control)
+    # (after ptxas-ab) part 2 of the probe without the pin, on the same machine (~2.5 min)
+    timeout 400 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --nopin-startup > "$OUT/s51-ptxas-nopin.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s51-ptxas-nopin.log"
     ;;
 album12)
     bash $m/2026-12-04-cpu-s45-device-plan.sh album12

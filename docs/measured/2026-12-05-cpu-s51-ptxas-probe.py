@@ -13,7 +13,7 @@ GEMM, then compiles an Inductor function; the second the other way round, with o
 compiles in the process, as a warm start does). With the tree's pin, and with the pin stubbed out: the ptxas each
 process keyed its kernels by, and the cache folders holding the GEMM after each.
 Part 2 (~2 min): the s49 probe's worker start (weights, AR engine, acoustic engine, decoder) in three fresh
-processes on empty caches (cold, then warm twice), with the pin.
+processes on empty caches (cold, then warm twice), with the pin; `--nopin-startup` runs only part 2, without it.
 """
 from __future__ import annotations
 
@@ -84,7 +84,17 @@ def mechanism() -> dict:
     return out
 
 
-def startup() -> dict:
+NOPIN = """
+import runpy, sys, types
+stub = types.ModuleType("stages.ptxas")
+stub.pin_ptxas = lambda *a: None
+sys.modules["stages.ptxas"] = stub
+sys.argv = sys.argv[1:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
+
+
+def startup(pin: bool = True) -> dict:
     caches = Path(tempfile.mkdtemp(prefix="s51-startup-"))
     env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
     env.update(TRITON_CACHE_DIR=str(caches / "triton"), TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
@@ -93,8 +103,8 @@ def startup() -> dict:
     out = {}
     for case in ("cold", "warm", "warm2"):
         start = time.perf_counter()
-        run = subprocess.run([sys.executable, str(probe), "--child", "worker"], env=env, capture_output=True,
-                             text=True, timeout=400)
+        command = [str(probe), "--child", "worker"] if pin else ["-c", NOPIN, str(probe), "--child", "worker"]
+        run = subprocess.run([sys.executable, *command], env=env, capture_output=True, text=True, timeout=400)
         print(f"{case}: rc {run.returncode} in {time.perf_counter() - start:.1f} s", flush=True)
         if run.returncode == 0:
             got = json.loads(run.stdout.strip().splitlines()[-1])
@@ -109,6 +119,9 @@ def startup() -> dict:
 if __name__ == "__main__":
     target = Path(sys.argv[1])
     target.mkdir(parents=True, exist_ok=True)
+    if "--nopin-startup" in sys.argv:        # (added after the first calls) the same machine's control for part 2
+        (target / "s51-ptxas-nopin-startup.json").write_text(json.dumps(startup(pin=False), indent=1))
+        sys.exit(0)
     result = {"mechanism": mechanism()}
     (target / "s51-ptxas-probe.json").write_text(json.dumps(result, indent=1))
     if "--no-startup" not in sys.argv:
