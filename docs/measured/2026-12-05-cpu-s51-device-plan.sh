@@ -11,7 +11,7 @@
 #                  before the pin), each on empty caches of its own; then the whole GPU suite (~6 min)
 #   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
 set -u
-step=${1:?step: ptxas, ptxas-ab, ptxas-control or album12}
+step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice or album12}
 m=docs/measured
 
 case "$step" in
@@ -44,6 +44,17 @@ ptxas-control)
     # (after ptxas-ab) part 2 of the probe without the pin, on the same machine (~2.5 min)
     timeout 400 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --nopin-startup > "$OUT/s51-ptxas-nopin.log" 2>&1
     echo "probe rc $?" >> "$OUT/s51-ptxas-nopin.log"
+    ;;
+album2-twice)
+    # (after ptxas-ab) two 2-track albums in a row on empty compile caches, the tree with its pin: when a machine's
+    # second render begins its first stage (s50, before the pin: 96.7 s, then 47.1 s, then 32.9 s) (~2.5 min)
+    export TRITON_CACHE_DIR=/tmp/s51-album/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s51-album/inductor
+    rm -rf /tmp/s51-album
+    for run in first second; do
+        timeout 170 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
+            --no-sequential --json "$OUT/s51-album2-$run.json" > "$OUT/s51-album2-$run.log" 2>&1
+        echo "album rc $?" >> "$OUT/s51-album2-$run.log"
+    done
     ;;
 album12)
     bash $m/2026-12-04-cpu-s45-device-plan.sh album12
