@@ -11,7 +11,7 @@
 #                  before the pin), each on empty caches of its own; then the whole GPU suite (~6 min)
 #   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
 set -u
-step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice or album12}
+step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child or album12}
 m=docs/measured
 
 case "$step" in
@@ -55,6 +55,13 @@ album2-twice)
             --no-sequential --json "$OUT/s51-album2-$run.json" > "$OUT/s51-album2-$run.log" 2>&1
         echo "album rc $?" >> "$OUT/s51-album2-$run.log"
     done
+    ;;
+test-child)
+    # (after album2-twice) the GPU test's two processes with the pin and without: does the test tell them apart?
+    timeout 300 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --test-child > "$OUT/s51-test-child.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s51-test-child.log"
+    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k second_process \
+        > "$OUT/s51-ptxas-gpu-test-2.log" 2>&1
     ;;
 album12)
     bash $m/2026-12-04-cpu-s45-device-plan.sh album12

@@ -119,6 +119,14 @@ def startup(pin: bool = True) -> dict:
 if __name__ == "__main__":
     target = Path(sys.argv[1])
     target.mkdir(parents=True, exist_ok=True)
+    if "--test-child" in sys.argv:       # (added after the first calls) the GPU test's two processes, pin and not
+        from tests.test_gpu import _CACHE_CHILD, cache_runs
+        stub = "import sys, types; sys.modules['stages.ptxas'] = types.ModuleType('stages.ptxas'); "
+        stub += "sys.modules['stages.ptxas'].pin_ptxas = lambda *a: None\n"
+        for mode, child in (("pin", _CACHE_CHILD), ("nopin", stub + _CACHE_CHILD)):
+            first, second = cache_runs(Path(tempfile.mkdtemp(prefix=f"s51-test-{mode}-")), child)
+            print(mode, "first", sorted(first), "second", sorted(second), "compiled again:", first != second)
+        sys.exit(0)
     if "--nopin-startup" in sys.argv:        # (added after the first calls) the same machine's control for part 2
         (target / "s51-ptxas-nopin-startup.json").write_text(json.dumps(startup(pin=False), indent=1))
         sys.exit(0)
