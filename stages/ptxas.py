@@ -1,15 +1,18 @@
 """One ptxas for every Triton kernel of a process, so that the next process finds them in the compile cache.
 
-Triton files a compiled kernel under a key that includes the version of the ptxas it would run, and it reads that
-version once per process. PyTorch ships a newer ptxas than Triton's own (torch 2.11+cu130: CUDA 13.0's, in
-`torch/bin`; Triton 3.6: 12.8's), and Inductor points Triton at it (`TRITON_PTXAS_PATH`) only when it compiles
-a kernel in the calling process. On a warm start it does: its graphs come from its cache before its pool of
-compile processes is up. On a cold start it does not: the pool compiles them. So the kernels of a machine's first
-process were filed under 12.8 and looked for under 13.0 by the next one, which compiled them all again (an H100,
-2026-12-05: the AR engine's build 41 s cold, 32 s in the second process, 13 s from the third on).
+Triton files a compiled kernel under a key that includes the version of the ptxas it would run, a version it
+reads once per process, the first time it needs a key. PyTorch ships a newer ptxas than Triton's own (torch
+2.11+cu130: CUDA 13.0's, in `torch/bin`; Triton 3.6: 12.8's), and Inductor points Triton at it
+(`TRITON_PTXAS_PATH`) only on some of its paths. On a machine's first start Inductor compiles the AR step's glue,
+and the cache keys it computes on the way read Triton's own version first: our kernels went under 12.8. On the
+next start it loads that glue from its cache through the path that sets the variable before anything reads the
+version: our kernels were looked for under 13.0, missed, and were all compiled again; only the third start found
+them (an H100, 2026-12-05: a worker's parts 46.8, 32.0 and 16.5 s on empty caches, then warm twice; with the pin
+38.3, 14.4 and 15.4 s; docs/benchmarks.md, twenty-second session).
 
 `pin_ptxas` sets the variable as Inductor would, before anything compiles (the package's `__init__` calls it), so
-every process of a machine agrees. A value the user set is left alone.
+every process of a machine agrees. Our kernels run as fast from either ptxas (measured on the same H100). A value
+the user set is left alone.
 """
 from __future__ import annotations
 

@@ -74,6 +74,7 @@
 # s50 ran startup, startup-staged and album12 on one H100 (docs/benchmarks.md, twenty-first session): the staged
 # loader landed; decoder-beside-weights and one-warm-up were measured and dropped. A warm worker's start is 13.7 s,
 # much of it Python compiling torch's source in every process on these machines. pycache ran too (s50, a 4th call).
+# s51's steps are in …-cpu-s51-device-plan.sh (its album12 step calls this plan's).
 set -u
 step=${1:?step: startup, startup-staged, album12, pycache, probes, v2, v2-engine, v2-song, v2-fp8, decode, album-2gpu, share-counts or block-counts}
 here=$PWD
