@@ -12,6 +12,11 @@ every YUE2_FARM_ variable it travels from `farm render` to the farm's workers. B
 the choice is a property of the installation, like any kernel choice: the same card and installation give the same
 song for the same seed.
 
+FA4 compiles its kernels in every process unless its own on-disk cache is on, which the package leaves off: each
+worker start then spent ~8 s in that compile (an H100, 2026-12-05). So `_flash4` turns the cache on
+(`FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1`, kept in FA4's default folder or `FLASH_ATTENTION_CUTE_DSL_CACHE_DIR`)
+unless the variable is set; its keys cover FA4's sources and the DSL's version.
+
 Measured on an H200 at the reference chunk's shapes (5,373 queries, 15,745 keys; docs/benchmarks.md, 2026-12-03,
 seventh session): 1.05–1.07 ms per layer against cuDNN's 1.25 (~650 against ~554 TFLOP/s), the same distance from
 an FP32 attention; a velocity evaluation 62.1 against 67.5 ms. Through PyTorch's own FA4 hook
@@ -30,6 +35,9 @@ import torch
 from .transformer import attend as sdpa
 
 
+FA4_CACHE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+
+
 @dataclass(frozen=True)
 class NarAttention:
     name: str                    # "fa4" or "sdpa"
@@ -38,6 +46,7 @@ class NarAttention:
 
 
 def _flash4() -> Callable | None:
+    os.environ.setdefault(FA4_CACHE, "1")        # read when FA4 is imported (the module docstring says why)
     try:
         from flash_attn.cute.interface import flash_attn_func
     except ImportError:

@@ -13,7 +13,7 @@
 # s51 ran ptxas, ptxas-ab, ptxas-control with album2-twice, and test-child on H100s (docs/benchmarks.md,
 # twenty-second session): the pin landed. album12 was not run (no H200 came); it is still worth a call on one.
 set -u
-step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child or album12}
+step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child, fa4a, fa4-cache or album12}
 m=docs/measured
 
 case "$step" in
@@ -64,6 +64,23 @@ test-child)
     echo "probe rc $?" >> "$OUT/s51-test-child.log"
     FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k second_process \
         > "$OUT/s51-ptxas-gpu-test-2.log" 2>&1
+    ;;
+fa4a)
+    # FA4's first half stays in out/ while the machine is held (docs/measured/2026-12-05-cpu-s49-fa4-carry.sh);
+    # carry [".fa4a"] alone; no Ray is needed: the prefix is PYTHONPATH=$PWD and init-checkpoint
+    cp .fa4a/part_a out/
+    ;;
+fa4-cache)
+    # the next call on the same machine, carry [".fa4b"]: FA4's compile in a worker's start, its on-disk cache off
+    # and on (…-s51-fa4-cache-probe.py, ~2.5 min), then the FA4 GPU test with the cache on
+    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
+    mkdir -p out/fa4boot
+    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
+    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
+    timeout 300 python3 $m/2026-12-05-cpu-s51-fa4-cache-probe.py "$OUT" > "$OUT/s51-fa4-cache.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s51-fa4-cache.log"
+    FARM_GPU_CKPT=out/ck timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k flash \
+        > "$OUT/s51-fa4-gpu-test.log" 2>&1
     ;;
 album12)
     bash $m/2026-12-04-cpu-s45-device-plan.sh album12
