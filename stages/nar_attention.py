@@ -12,10 +12,12 @@ every YUE2_FARM_ variable it travels from `farm render` to the farm's workers. B
 the choice is a property of the installation, like any kernel choice: the same card and installation give the same
 song for the same seed.
 
-FA4 compiles its kernels in every process unless its own on-disk cache is on, which the package leaves off: each
-worker start then spent ~8 s in that compile (an H100, 2026-12-05). So `_flash4` turns the cache on
-(`FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1`, kept in FA4's default folder or `FLASH_ATTENTION_CUTE_DSL_CACHE_DIR`)
-unless the variable is set; its keys cover FA4's sources and the DSL's version.
+FA4 compiles its kernels in every process unless its own on-disk cache is on, which the package leaves off. So
+`_flash4` turns the cache on (`FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1`, kept in FA4's default folder or
+`FLASH_ATTENTION_CUTE_DSL_CACHE_DIR`) unless the variable is set; its keys cover FA4's sources and the DSL's
+version. Measured in fresh processes on an H100 (2026-12-05, docs/benchmarks.md, twenty-second session): the
+acoustic engine's build took 17.0–17.2 s with FA4 and its cache off, 14.2–16.5 s with it on, 12.2–12.8 s with
+SDPA; the latents were the same bits with the cache on and off.
 
 Measured on an H200 at the reference chunk's shapes (5,373 queries, 15,745 keys; docs/benchmarks.md, 2026-12-03,
 seventh session): 1.05–1.07 ms per layer against cuDNN's 1.25 (~650 against ~554 TFLOP/s), the same distance from

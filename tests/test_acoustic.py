@@ -1,6 +1,8 @@
 """The acoustic stage: solver, chunking, noise slicing (docs/model.md §9.2, §9.3), on the tiny checkpoint."""
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 import torch
@@ -90,6 +92,19 @@ def test_nar_attention_choice(monkeypatch):
     monkeypatch.setenv("YUE2_FARM_NAR_ATTENTION", "flash9")
     with pytest.raises(ValueError, match="YUE2_FARM_NAR_ATTENTION: unknown kernel 'flash9'"):
         nar_attention.pick(torch.device("cpu"), torch.bfloat16)
+
+
+def test_fa4_s_disk_cache_is_on_unless_the_user_chose(monkeypatch):
+    """Whether or not FA4 imports here, looking for it first turns its on-disk kernel cache on; a value the user
+    set is kept."""
+    from stages import nar_attention
+
+    monkeypatch.delenv(nar_attention.FA4_CACHE, raising=False)
+    nar_attention._flash4()
+    assert os.environ[nar_attention.FA4_CACHE] == "1"
+    monkeypatch.setenv(nar_attention.FA4_CACHE, "0")
+    nar_attention._flash4()
+    assert os.environ[nar_attention.FA4_CACHE] == "0"
 
 
 def test_compiled_layer_compiles_once_for_every_chunk_length(engine):

@@ -10,8 +10,9 @@
 #                  (CUDA 13.0, what the pin picks) and with Triton's own (12.8, what a machine's first process used
 #                  before the pin), each on empty caches of its own; then the whole GPU suite (~6 min)
 #   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
-# s51 ran ptxas, ptxas-ab, ptxas-control with album2-twice, and test-child on H100s (docs/benchmarks.md,
-# twenty-second session): the pin landed. album12 was not run (no H200 came); it is still worth a call on one.
+# s51 ran ptxas, ptxas-ab, ptxas-control with album2-twice, test-child, fa4a and fa4-cache on H100s
+# (docs/benchmarks.md, twenty-second session): the pin and FA4's cache landed. album12 was not run (no H200 came);
+# it is still worth a call on one.
 set -u
 step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child, fa4a, fa4-cache or album12}
 m=docs/measured
