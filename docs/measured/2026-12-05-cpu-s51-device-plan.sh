@@ -12,9 +12,10 @@
 #   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
 # s51 ran ptxas, ptxas-ab, ptxas-control with album2-twice, test-child, fa4a and fa4-cache on H100s
 # (docs/benchmarks.md, twenty-second session): the pin and FA4's cache landed. album12 was not run (no H200 came);
-# it is still worth a call on one.
+# it is still worth a call on one. Next session, first: default-dirs (the same question with Triton's cache folder
+# left to its default, as users have it), then album12 on an H200.
 set -u
-step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child, fa4a, fa4-cache or album12}
+step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child, fa4a, fa4-cache, default-dirs or album12}
 m=docs/measured
 
 case "$step" in
@@ -82,6 +83,13 @@ fa4-cache)
     echo "probe rc $?" >> "$OUT/s51-fa4-cache.log"
     FARM_GPU_CKPT=out/ck timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k flash \
         > "$OUT/s51-fa4-gpu-test.log" 2>&1
+    ;;
+default-dirs)
+    # (added at the end of s51, not yet run) a worker's start three times with TRITON_CACHE_DIR unset, as on a
+    # user's machine (every measurement of s51 set it): does the second start still compile our kernels again,
+    # now because of where Triton's cache lies? If so, pin TRITON_CACHE_DIR as stages/ptxas.py pins ptxas (~2 min)
+    timeout 400 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --default-dirs > "$OUT/s51-default-dirs.log" 2>&1
+    echo "probe rc $?" >> "$OUT/s51-default-dirs.log"
     ;;
 album12)
     bash $m/2026-12-04-cpu-s45-device-plan.sh album12

@@ -94,11 +94,19 @@ runpy.run_path(sys.argv[0], run_name="__main__")
 """
 
 
-def startup(pin: bool = True) -> dict:
+def startup(pin: bool = True, default_dirs: bool = False) -> dict:
+    """default_dirs (added at the end of s51, for the next session): TRITON_CACHE_DIR left unset, as a user's
+    machine has it, and HOME in the temporary folder, so Triton's own default (~/.triton/cache) starts empty too.
+    Inductor sets TRITON_CACHE_DIR to its own folder when it builds a kernel object in the calling process, which a
+    cold process whose kernels its compile pool builds may never do: then our kernels would sit in one folder after
+    a cold start and be looked for in the other on the next. Each case lists how many kernels each folder holds."""
     caches = Path(tempfile.mkdtemp(prefix="s51-startup-"))
-    env = {k: v for k, v in os.environ.items() if k != "TRITON_PTXAS_PATH"}
-    env.update(TRITON_CACHE_DIR=str(caches / "triton"), TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"),
-               PYTHONPATH=os.getcwd())
+    env = {k: v for k, v in os.environ.items() if k not in ("TRITON_PTXAS_PATH", "TRITON_CACHE_DIR", "TRITON_HOME")}
+    env.update(TORCHINDUCTOR_CACHE_DIR=str(caches / "inductor"), PYTHONPATH=os.getcwd())
+    if default_dirs:
+        env.update(HOME=str(caches / "home"))
+    else:
+        env.update(TRITON_CACHE_DIR=str(caches / "triton"))
     probe = HERE / "2026-12-05-cpu-s49-startup-probe.py"
     out = {}
     for case in ("cold", "warm", "warm2"):
@@ -113,6 +121,10 @@ def startup(pin: bool = True) -> dict:
         else:
             out[case] = {"stderr": run.stderr[-5000:]}
             print(run.stderr[-3000:], flush=True)
+        out[case]["kernels by folder"] = {str(d.relative_to(caches)): len(list(d.rglob("*.json")))
+                                          for d in (caches / "home/.triton/cache", caches / "inductor/triton",
+                                                    caches / "triton") if d.exists()}
+        print(case, out[case]["kernels by folder"], flush=True)
     return out
 
 
@@ -126,6 +138,9 @@ if __name__ == "__main__":
         for mode, child in (("pin", _CACHE_CHILD), ("nopin", stub + _CACHE_CHILD)):
             first, second = cache_runs(Path(tempfile.mkdtemp(prefix=f"s51-test-{mode}-")), child)
             print(mode, "first", sorted(first), "second", sorted(second), "compiled again:", first != second)
+        sys.exit(0)
+    if "--default-dirs" in sys.argv:         # (added at the end of s51) see startup()
+        (target / "s51-ptxas-default-dirs.json").write_text(json.dumps(startup(default_dirs=True), indent=1))
         sys.exit(0)
     if "--nopin-startup" in sys.argv:        # (added after the first calls) the same machine's control for part 2
         (target / "s51-ptxas-nopin-startup.json").write_text(json.dumps(startup(pin=False), indent=1))
