@@ -10,12 +10,15 @@
 #                  (CUDA 13.0, what the pin picks) and with Triton's own (12.8, what a machine's first process used
 #                  before the pin), each on empty caches of its own; then the whole GPU suite (~6 min)
 #   step album12   the s45 plan's step of that name on the tree: the headline album and its start keys on an H200
+#   later steps, each described where it stands below: ptxas-control, album2-twice, test-child, fa4a, fa4-cache,
+#   default-dirs, loader-threads
 # s51 ran ptxas, ptxas-ab, ptxas-control with album2-twice, test-child, fa4a and fa4-cache on H100s
 # (docs/benchmarks.md, twenty-second session): the pin and FA4's cache landed. album12 was not run (no H200 came);
 # it is still worth a call on one. Next session, first: default-dirs (the same question with Triton's cache folder
-# left to its default, as users have it), then album12 on an H200.
+# left to its default, as users have it) and loader-threads (Ray is needed: carry [".carry"]), then album12 on an
+# H200.
 set -u
-step=${1:?step: ptxas, ptxas-ab, ptxas-control, album2-twice, test-child, fa4a, fa4-cache, default-dirs or album12}
+step=${1:?step: one of those the header lists}
 m=docs/measured
 
 case "$step" in
@@ -90,6 +93,19 @@ default-dirs)
     # now because of where Triton's cache lies? If so, pin TRITON_CACHE_DIR as stages/ptxas.py pins ptxas (~2 min)
     timeout 400 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --default-dirs > "$OUT/s51-default-dirs.log" 2>&1
     echo "probe rc $?" >> "$OUT/s51-default-dirs.log"
+    ;;
+loader-threads)
+    # (added at the end of s51, not yet run) the staged loader's host copy on several threads (landed on the CPU
+    # box's evidence only): its GPU test, then two 2-track albums (the first fills the caches); the second's
+    # weights lap should fall from 1.3-1.4 s towards the 0.4-0.6 s of a plain process (~3 min)
+    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k pinned_buffers \
+        > "$OUT/s51-loader-threads-gpu-test.log" 2>&1
+    export TRITON_CACHE_DIR=/tmp/s51-loader/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s51-loader/inductor
+    for run in first second; do
+        timeout 170 python3 -m farm bench album --model out/ck --tracks 2 --plan-tokens 1000 --semantic-tokens 1000 \
+            --no-sequential --json "$OUT/s51-loader-album2-$run.json" > "$OUT/s51-loader-album2-$run.log" 2>&1
+        echo "album rc $?" >> "$OUT/s51-loader-album2-$run.log"
+    done
     ;;
 album12)
     bash $m/2026-12-04-cpu-s45-device-plan.sh album12
