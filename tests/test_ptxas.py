@@ -5,6 +5,8 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from stages.ptxas import VARIABLE, bundled_ptxas, pin_ptxas
 
 
@@ -43,3 +45,49 @@ def test_importing_the_stages_pins_it_before_anything_compiles():
     out = subprocess.run([sys.executable, "-c", code], env={**env, "PYTHONPATH": os.getcwd()}, check=True,
                          capture_output=True, text=True).stdout.strip()
     assert out == str(bundled_ptxas())
+
+
+_CACHE_CHILD = """
+import sys, torch
+import stages                                    # pins the ptxas (stages/ptxas.py)
+from stages import skinny_gemm
+from stages.ar import step_inputs
+from stages.compiled import shared
+
+def ours():
+    x = torch.randn(2, 256, device="cuda", dtype=torch.bfloat16)
+    skinny_gemm.linear(x, torch.randn(512, 256, device="cuda", dtype=torch.bfloat16))
+
+def inductor():      # the AR step's glue, compiled as the engine compiles it
+    ids = torch.arange(4, device="cuda")
+    shared(step_inputs)(ids, ids, ids > 0, torch.randn(16, 64, device="cuda", dtype=torch.bfloat16),
+                        torch.randn(2, 16, 32, device="cuda", dtype=torch.bfloat16))
+
+for step in sys.argv[1:]:
+    ours() if step == "ours" else inductor()
+torch.cuda.synchronize()
+"""
+
+
+def cache_runs(tmp_path, child: str = _CACHE_CHILD) -> tuple[set, set]:
+    """A cold process that compiles our GEMM and then the AR glue, and a warm one that runs the glue first (one
+    compile thread: a warm start's path); the Triton cache folders holding the GEMM after each."""
+    env = {k: v for k, v in os.environ.items() if k != VARIABLE}
+    env.update(TRITON_CACHE_DIR=str(tmp_path / "triton"), TORCHINDUCTOR_CACHE_DIR=str(tmp_path / "inductor"),
+               PYTHONPATH=os.getcwd())
+    filed = []
+    for order, extra in ((["ours", "inductor"], {}), (["inductor", "ours"], {"TORCHINDUCTOR_COMPILE_THREADS": "1"})):
+        subprocess.run([sys.executable, "-c", child, *order], env={**env, **extra}, check=True, timeout=300)
+        filed.append({p.parent.name for p in (tmp_path / "triton").rglob("skinny_gemm*.json")})
+    return filed[0], filed[1]
+
+
+@pytest.mark.gpu
+def test_a_second_process_finds_our_kernels_in_the_compile_cache(tmp_path):
+    """The second process finds the GEMM the first compiled. Without the pin, which ptxas version Triton filed our
+    kernels under depended on what Inductor had done first in the process (stages/ptxas.py), and a machine's
+    second process compiled them again."""
+    if bundled_ptxas() is None:
+        pytest.skip("this torch ships no ptxas of its own")
+    first, second = cache_runs(tmp_path)
+    assert first and second == first

@@ -25,7 +25,7 @@ case "$step" in
 ptxas)
     timeout 420 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" > "$OUT/s51-ptxas-probe.log" 2>&1
     echo "probe rc $?" >> "$OUT/s51-ptxas-probe.log"
-    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k second_process \
+    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_ptxas.py -k second_process \
         > "$OUT/s51-ptxas-gpu-test.log" 2>&1
     ;;
 ptxas-ab)
@@ -44,7 +44,7 @@ ptxas-ab)
             --json "$OUT/s51-bench-ar-ptxas-$which.json" >> "$OUT/s51-bench-ar-ptxas-$which.log" 2>&1
     done
     unset TRITON_PTXAS_PATH TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
-    FARM_GPU_CKPT=out/ck timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
+    FARM_GPU_CKPT=out/ck timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py tests/test_ptxas.py \
         > "$OUT/s51-gpu-tests.log" 2>&1
     ;;
 ptxas-control)
@@ -67,7 +67,7 @@ test-child)
     # (after album2-twice) the GPU test's two processes with the pin and without: does the test tell them apart?
     timeout 300 python3 $m/2026-12-05-cpu-s51-ptxas-probe.py "$OUT" --test-child > "$OUT/s51-test-child.log" 2>&1
     echo "probe rc $?" >> "$OUT/s51-test-child.log"
-    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k second_process \
+    FARM_GPU_CKPT=out/ck timeout 120 python3 -m pytest -q -m gpu tests/test_ptxas.py -k second_process \
         > "$OUT/s51-ptxas-gpu-test-2.log" 2>&1
     ;;
 fa4a)

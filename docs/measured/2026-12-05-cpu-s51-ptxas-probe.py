@@ -132,7 +132,7 @@ if __name__ == "__main__":
     target = Path(sys.argv[1])
     target.mkdir(parents=True, exist_ok=True)
     if "--test-child" in sys.argv:       # (added after the first calls) the GPU test's two processes, pin and not
-        from tests.test_gpu import _CACHE_CHILD, cache_runs
+        from tests.test_ptxas import _CACHE_CHILD, cache_runs   # in tests/test_gpu.py when it ran
         stub = "import sys, types; sys.modules['stages.ptxas'] = types.ModuleType('stages.ptxas'); "
         stub += "sys.modules['stages.ptxas'].pin_ptxas = lambda *a: None\n"
         for mode, child in (("pin", _CACHE_CHILD), ("nopin", stub + _CACHE_CHILD)):
