@@ -44,7 +44,8 @@ ptxas-ab)
             --json "$OUT/s51-bench-ar-ptxas-$which.json" >> "$OUT/s51-bench-ar-ptxas-$which.log" 2>&1
     done
     unset TRITON_PTXAS_PATH TRITON_CACHE_DIR TORCHINDUCTOR_CACHE_DIR
-    FARM_GPU_CKPT=out/ck timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py tests/test_ptxas.py \
+    FARM_GPU_CKPT=out/ck timeout 240 python3 -m pytest -q -m gpu tests/test_gpu.py tests/test_gpu_products.py \
+        tests/test_ptxas.py \
         > "$OUT/s51-gpu-tests.log" 2>&1
     ;;
 ptxas-control)
