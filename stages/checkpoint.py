@@ -11,7 +11,6 @@ import json
 import os
 import uuid
 from collections.abc import Iterable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import torch
@@ -102,30 +101,18 @@ def _read(file: Path, names: list[str], device) -> Iterable[tuple[str, torch.Ten
 
 
 STAGE_BYTES = 64 << 20
-COPY_THREADS = min(8, os.cpu_count() or 1)
-
-
-def copy_in_slices(pool: ThreadPoolExecutor, dst: torch.Tensor, src: torch.Tensor, parts: int) -> None:
-    """dst.copy_(src) for flat tensors, in `parts` slices on the pool's threads (torch lets go of the GIL while it
-    copies). A farm worker runs torch on --threads CPU threads, one by default, and one thread copies from a
-    mapped file at about half the rate of two (7.5 against 14.6 GB/s on a 2-core box; docs/benchmarks.md,
-    twenty-second session). The pool speeds the load alone, where a higher --threads would change every CPU
-    stage's threads too."""
-    step = -(-src.numel() // parts)
-    list(pool.map(lambda a: dst[a:a + step].copy_(src[a:a + step]), range(0, src.numel(), step)))
 
 
 def _read_to_card(file: Path, names: list[str], device, stage_bytes: int = STAGE_BYTES):
     """Each tensor's bytes through two pinned host buffers in turn, the copy to the card asynchronous on a side
     stream while the next part is read. safetensors' own CUDA path copies each tensor from pageable memory, one
     synchronous copy at a time: for the 7.26 GB of a yue2-3b checkpoint, its pages in the OS cache, that took
-    1.0-1.4 s on an H100 VM against 0.33-0.37 s this way (docs/benchmarks.md, twenty-first session), as long as the
-    host copy has several threads (`copy_in_slices`)."""
+    1.0-1.4 s on an H100 VM against 0.33-0.37 s this way (docs/benchmarks.md, twenty-first session)."""
     stages = [torch.empty(stage_bytes, dtype=torch.uint8, pin_memory=True) for _ in range(2)]
     free = [torch.cuda.Event(), torch.cuda.Event()]       # never recorded yet: waiting on one returns at once
     stream, turn = torch.cuda.Stream(device), 0
     read = []
-    with _opened(file) as f, ThreadPoolExecutor(COPY_THREADS, thread_name_prefix="load") as pool:
+    with _opened(file) as f:
         for name in names:
             host = f.get_tensor(name)                      # a view of the file's pages, not a copy
             card = torch.empty(host.shape, dtype=host.dtype, device=device)
@@ -133,7 +120,7 @@ def _read_to_card(file: Path, names: list[str], device, stage_bytes: int = STAGE
             for a in range(0, src.numel(), stage_bytes):
                 n = min(stage_bytes, src.numel() - a)
                 free[turn].synchronize()                   # its last copy to the card has left the buffer
-                copy_in_slices(pool, stages[turn][:n], src[a:a + n], COPY_THREADS)
+                stages[turn][:n].copy_(src[a:a + n])
                 with torch.cuda.stream(stream):
                     dst[a:a + n].copy_(stages[turn][:n], non_blocking=True)
                     free[turn].record(stream)

@@ -5,14 +5,13 @@ import json
 import math
 import re
 import shutil
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
 import torch
 from safetensors import safe_open
 
-from stages.checkpoint import CheckpointError, copy_in_slices, load_tensors, read_header, write_tensors
+from stages.checkpoint import CheckpointError, load_tensors, read_header, write_tensors
 from stages.config import ConfigError, from_toml
 from stages.config_json import from_checkpoint, model_config_from_json, vae_config_from_json
 from stages.transformer import AR, HEAD, NAR, expected_shapes
@@ -173,19 +172,3 @@ def test_missing_pe_is_recomputed(tiny_ckpt_dir, tiny_cfg, tmp_path):
     with_pe = load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, NAR})
     without = load_model(tmp_path, tiny_cfg, {AR, NAR})
     assert torch.equal(with_pe.latent_pos_embed.pe, without.latent_pos_embed.pe)
-
-
-def test_the_loader_s_host_copy_in_slices_is_the_whole_copy():
-    """The staged loader's host copy (stages/checkpoint.py, `copy_in_slices`), under a worker's one torch thread:
-    every byte, for sizes that do not divide by the slice count, and fewer bytes than slices."""
-    src = torch.randint(0, 256, (10_007,), dtype=torch.uint8, generator=torch.Generator().manual_seed(0))
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        with ThreadPoolExecutor(3) as pool:
-            for n, parts in ((10_007, 3), (10_007, 8), (5, 8), (1, 1)):
-                dst = torch.zeros(n, dtype=torch.uint8)
-                copy_in_slices(pool, dst, src[:n], parts)
-                assert torch.equal(dst, src[:n]), (n, parts)
-    finally:
-        torch.set_num_threads(threads)

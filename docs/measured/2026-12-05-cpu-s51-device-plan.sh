@@ -17,6 +17,9 @@
 # it is still worth a call on one. Next session, first: default-dirs (the same question with Triton's cache folder
 # left to its default, as users have it) and loader-threads (Ray is needed: carry [".carry"]), then album12 on an
 # H200.
+# s52 ran loader-threads and default-dirs on one H100 (docs/benchmarks.md, twenty-third session; logs renamed
+# …-h100-s52-*): no miss with the default folder, and the copy threads did not move the worker's weights lap
+# (removed). Left: album12 on an H200, and album-2gpu of the s45 plan when a two-card kind is lent.
 set -u
 step=${1:?step: one of those the header lists}
 m=docs/measured
