@@ -162,14 +162,17 @@ def calibrate_report(report: dict, out: Path | None, albums: tuple[dict, ...] = 
 
 def model_check(album_json: Path, calibration: Path | None = None) -> str:
     """How well the calibrated cost model predicts a measured `farm bench album` run, stage by stage (its
-    sequential one-song timings) and album-wide (the simulator's makespan for the plan the farm used)."""
+    sequential one-song timings) and album-wide (the simulator's makespan for the plan the farm used), with the
+    run's track lengths and KV cache format."""
     from cluster.gpus import device_from_spec
     from cluster.plans import Plan, Worker
     from cluster.simulate import simulate
     from cluster.tables import table
 
     report = _read_json(album_json)
-    options = PlanOptions(calibration=load_calibration(calibration)) if calibration else options_for(None)
+    formats = {"model": ModelShape.yue2_3b().with_formats(kv_format=report.get("kv_cache", "bf16"))}
+    options = (PlanOptions(calibration=load_calibration(calibration), **formats) if calibration
+               else options_for(None, **formats))
     gpu = lookup(report["environment"]["gpu"])
     track = TrackShape(report["semantic_tokens"] / FRAMES_PER_SECOND, report["plan_tokens"], report["semantic_tokens"],
                        prompt_tokens=report.get("prompt_tokens", 559))
@@ -194,7 +197,10 @@ def model_check(album_json: Path, calibration: Path | None = None) -> str:
                 assignments_tried=0, workers=workers, cards=(), stages=(), bottleneck=None, makespan_s=None,
                 throughput_tracks_s=0.0, one_track_s=None, unrunnable=(), refusals=(), reasons=(), reserve_gib=0.0,
                 shared_process=True, ar_window=report.get("ar_window"))
-    sim = simulate(plan, inventory, [track] * report["tracks"], options)
+    lengths = report.get("lengths") or [(report["plan_tokens"], report["semantic_tokens"])] * report["tracks"]
+    tracks = [TrackShape(semantic / FRAMES_PER_SECOND, plan_tokens, semantic, prompt_tokens=track.prompt_tokens)
+              for plan_tokens, semantic in lengths]
+    sim = simulate(plan, inventory, tracks, options)
     measured = report["album_makespan_s"]
     lines.append(f"Album of {report['tracks']} tracks on {len(cards)} x {gpu.model}, the farm's own placement: "
                  f"measured makespan {measured:.1f} s, simulated {sim.makespan_s:.1f} s "

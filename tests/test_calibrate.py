@@ -40,3 +40,38 @@ def test_calibrate_refuses_an_unreadable_calibration_in_one_line(tmp_path):
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert f"{target}: an existing calibration" in result.stderr and len(result.stderr.strip().splitlines()) == 1
     assert target.read_text() == "[ar]\nstep_overhead_s = 'fast'\n"
+
+
+def _simulated(album: Path, *args: str) -> tuple[float, float]:
+    """`farm bench model-check` on a report: (measured, simulated) makespan."""
+    result = CliRunner().invoke(app, ["bench", "model-check", str(album), *args])
+    assert result.exit_code == 0, result.output
+    last = result.output.strip().splitlines()[-1]
+    return float(last.split("measured makespan ")[1].split(" s")[0]), float(last.split("simulated ")[1].split(" s")[0])
+
+
+def test_model_check_simulates_the_runs_own_tracks_and_kv_cache(tmp_path):
+    """The H100 albums of 2026-12-06 (one machine, one call: BF16 then FP8 KV) and the H200's mixed album: the
+    simulator is given each run's KV format and track lengths, and the shipped H100 calibration (fitted on those
+    runs' day) predicts both H100 albums within 5 %."""
+    measured_bf16, bf16 = _simulated(ROOT / "docs/measured/2026-12-06-h100-s53-album12-kvbf16.json")
+    measured_fp8, fp8 = _simulated(ROOT / "docs/measured/2026-12-06-h100-s53-album12-kvfp8.json")
+    assert fp8 < 0.95 * bf16 and measured_fp8 < measured_bf16
+    for measured, simulated in ((measured_bf16, bf16), (measured_fp8, fp8)):
+        assert simulated == pytest.approx(measured, rel=0.05)
+    mixed = ROOT / "docs/measured/2026-12-05-h200-s48-bench-album12-mixed.json"
+    uniform = json.loads(mixed.read_text())
+    del uniform["lengths"]
+    (tmp_path / "uniform.json").write_text(json.dumps(uniform))
+    assert _simulated(mixed)[1] != _simulated(tmp_path / "uniform.json")[1]
+
+
+def test_an_h100_plan_uses_the_h100_calibration():
+    from cluster.gpus import device_from_spec, lookup
+    from farm.plan_commands import options_for
+
+    options = options_for(None)
+    h100, h200 = (options.calibration_for(device_from_spec(lookup(m), "n", 0)) for m in ("H100 SXM", "H200"))
+    assert (h100.gpu, h200.gpu) == ("H100 SXM", "H200")
+    assert h100.source.startswith("farm bench song, 2026-12-06")
+    assert h100.kvfp8_byte_cost < h200.kvfp8_byte_cost      # the widening weighs less against fewer bytes/s
