@@ -1,5 +1,6 @@
-"""`farm calibrate` on real H200 reports from docs/measured: the fit lands in the file, what the reports do not
-measure keeps the file's values, and an unreadable file is refused in one line."""
+"""`farm calibrate` and `farm bench model-check` on real H200 and H100 reports from docs/measured: the fit lands in
+the file, what the reports do not measure keeps the file's values, an unreadable file is refused in one line, and
+the model check simulates each run as it ran."""
 from __future__ import annotations
 
 import json
