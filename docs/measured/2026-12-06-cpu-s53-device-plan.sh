@@ -13,6 +13,9 @@
 #   step kv-album (carry [".carry"], a fresh machine: no FA4, so SDPA on both sides) the 12-track album with the BF16
 #                KV cache, then with `--kv-cache fp8` in the same call: at 24 semantic rows `farm bench ar` now steps
 #                1.47x faster with FP8 KV on an H100, while the last FP8-KV album (2026-12-01) was slower (~8 min)
+# s53 ran suite, fp8 and album12 on one H100 and kv-album on another (no H200 came; docs/benchmarks.md, twenty-fourth
+# session, logs …-h100-s53-*). Left for an H200: album12 (three calls: .carry, then fp8 for .fa4a, then .fa4b) and
+# kv-album, which asks whether the FP8-KV album pays there too.
 set -u
 step=${1:?step: suite, fp8, album12 or kv-album}
 m=docs/measured
