@@ -4,6 +4,8 @@
 #                 the machine, then the FP8-acoustic probe (…-cpu-s54-acoustic-fp8-probe.py, SDPA) (~4 min);
 #                 on an H100 also `farm bench ar` with the layer chain off beside on, for its calibration's
 #                 chain saving (borrowed from the H200 until now) (~2 min)
+#   step batch    (carry [".carry"], as probe on a fresh machine) the machine, then the batched-acoustic probe
+#                 (…-cpu-s54-acoustic-batch-probe.py, SDPA): several songs' chunks in one evaluation (~3 min)
 #   step kv-album (carry [".fa4a"]) FA4's first half into out/, then the s53 plan's kv-album: the 12-track album
 #                 with BF16 and FP8 KV in one call (SDPA) — on an H200 only (the H100's ran in s53; on an H100
 #                 the step only brings FA4's half) (~8 min)
@@ -11,7 +13,7 @@
 #                 then the probe again with FA4 as the engines' attention (~9 min)
 # The s53 plan names its logs s53-*; they come back renamed s54-*.
 set -u
-step=${1:?step: probe, kv-album or album12}
+step=${1:?step: probe, batch, kv-album or album12}
 m=docs/measured
 probe=$m/2026-12-06-cpu-s54-acoustic-fp8-probe.py
 export TRITON_CACHE_DIR=/tmp/s53-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s53-caches/inductor
@@ -36,6 +38,12 @@ probe)
             echo "rc $?" >> "$OUT/s54-bench-ar-chain-$chain.log"
         done
     fi
+    ;;
+batch)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/s54-machine-batch.txt" 2>&1
+    cp "$OUT/s54-machine-batch.txt" out/s54-machine.txt
+    timeout 300 python3 $m/2026-12-06-cpu-s54-acoustic-batch-probe.py out/ck > "$OUT/s54-acoustic-batch-sdpa.log" 2>&1
+    echo "rc $?" >> "$OUT/s54-acoustic-batch-sdpa.log"
     ;;
 kv-album)
     cp .fa4a/part_a out/
