@@ -315,7 +315,8 @@ def required_halo(cfg: VaeConfig) -> int:
 
 def _decode_tiles(decoder: OobleckDecoder, z: torch.Tensor, core: int, halo: int, run=None) -> torch.Tensor:
     """docs/model.md §5's tiling without the halo check: [B, C, T] → [B, audio_channels, 1920·T − 64]. `run` decodes
-    a tile (default: the decoder itself)."""
+    a tile (default: the decoder itself). One tile at a time: on an H100 two tiles in a batch were 3.6 % faster a
+    tile for 1.9 GiB more, four no faster (docs/benchmarks.md, 2026-12-06, twenty-fifth session)."""
     run = run or decoder
     hop, frames = decoder.cfg.hop, z.shape[-1]
     total = decoder.output_length(frames)

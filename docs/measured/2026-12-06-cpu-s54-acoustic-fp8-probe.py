@@ -32,8 +32,8 @@ from stages.acoustic import AcousticEngine, AcousticRequest, chunk_tokens, song_
 from stages.compiled import compiled  # noqa: E402
 from stages.quant import FP8, FP8_MAX, quantize_fp8  # noqa: E402
 from stages.requests import open_checkpoint  # noqa: E402
-from stages.transformer import (AR, NAR, BranchWeights, ar_prefill, branch_weights, layer_head, layer_tail,  # noqa: E402
-                                nar_kv_buffers)
+from stages.transformer import (AR, NAR, BranchWeights, ar_prefill, branch_weights,  # noqa: E402
+                                layer_head, layer_tail, nar_kv_buffers)
 from stages.weights import load_model  # noqa: E402
 
 
