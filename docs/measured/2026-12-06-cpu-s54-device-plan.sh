@@ -8,6 +8,8 @@
 #                 (…-cpu-s54-acoustic-batch-probe.py, SDPA): several songs' chunks in one evaluation (~3 min)
 #   step decode   (carry [".carry"], as probe on a fresh machine) the machine, then the decode-batch probe
 #                 (…-cpu-s54-decode-batch-probe.py): 1, 2 and 4 tiles in one batch (~2 min)
+#   step autotune (carry [".carry"], as probe on a fresh machine) the machine, then the acoustic layer compiled
+#                 with max-autotune beside the default compile (…-cpu-s54-acoustic-autotune-probe.py) (~5–8 min)
 #   step kv-album (carry [".fa4a"]) FA4's first half into out/, then the s53 plan's kv-album: the 12-track album
 #                 with BF16 and FP8 KV in one call (SDPA) — on an H200 only (the H100's ran in s53; on an H100
 #                 the step only brings FA4's half) (~8 min)
@@ -15,7 +17,7 @@
 #                 (~6 min). The FP8 probe is not rerun with FA4: its error, not its speed, rules FP8 out.
 # The s53 plan names its logs s53-*; they come back renamed s54-*.
 set -u
-step=${1:?step: probe, batch, decode, kv-album or album12}
+step=${1:?step: probe, batch, decode, autotune, kv-album or album12}
 m=docs/measured
 probe=$m/2026-12-06-cpu-s54-acoustic-fp8-probe.py
 export TRITON_CACHE_DIR=/tmp/s53-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s53-caches/inductor
@@ -52,6 +54,12 @@ decode)
     cp "$OUT/s54-machine-decode.txt" out/s54-machine.txt
     timeout 240 python3 $m/2026-12-06-cpu-s54-decode-batch-probe.py out/ck > "$OUT/s54-decode-batch.log" 2>&1
     echo "rc $?" >> "$OUT/s54-decode-batch.log"
+    ;;
+autotune)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/s54-machine-autotune.txt" 2>&1
+    cp "$OUT/s54-machine-autotune.txt" out/s54-machine.txt
+    timeout 500 python3 $m/2026-12-06-cpu-s54-acoustic-autotune-probe.py out/ck > "$OUT/s54-acoustic-autotune.log" 2>&1
+    echo "rc $?" >> "$OUT/s54-acoustic-autotune.log"
     ;;
 kv-album)
     cp .fa4a/part_a out/
