@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# Device runs prepared on the CPU box in session s55, one step per call on one warm machine; logs go to $OUT.
+# What s54 left for an H200 (no product code changed since the s48 headline but the start, s49–s52):
+#   step start    (carry [".carry"], the prefix of ../shared/tools/device-carry.sh, init-checkpoint into out/ck)
+#                 the card's name into $OUT and out/ (on an H100 the session gives the machine back) (~1 min)
+#   step kv-album (carry [".fa4a"]) FA4's first half into out/, then the s53 plan's kv-album: the 12-track album
+#                 with the BF16 and the FP8 KV cache in one call (SDPA on both sides) (~8 min)
+#   step album12  (carry [".fa4b"]) the s53 plan's album12: FA4 joined, the headline album with its start keys,
+#                 then the reference track (~6 min)
+# The s53 plan names its logs s53-*; they come back renamed s55-*.
+set -u
+step=${1:?step: start, kv-album or album12}
+m=docs/measured
+
+renamed() {
+    for f in "$OUT"/s53-*; do
+        [ -e "$f" ] && mv "$f" "$OUT/s55-${f##*/s53-}"
+    done
+}
+
+case "$step" in
+start)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/s55-machine.txt" 2>&1
+    cp "$OUT/s55-machine.txt" out/
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/s55-machine.txt" 2>&1
+    ;;
+kv-album)
+    cp .fa4a/part_a out/
+    bash $m/2026-12-06-cpu-s53-device-plan.sh kv-album
+    renamed
+    ;;
+album12)
+    bash $m/2026-12-06-cpu-s53-device-plan.sh album12
+    renamed
+    ;;
+esac
