@@ -24,6 +24,8 @@ FRAMES_PER_SECOND = 25.0
 REFERENCE_SECONDS = 214.85
 REFERENCE_PLAN_TOKENS = 4540
 REFERENCE_SEMANTIC_TOKENS = 5371
+# A seeded album's song lengths (album_tracks) stay within these: a minute, and the model's 9,000 frames (6 min).
+SHORTEST_SECONDS, LONGEST_SECONDS = 60.0, 360.0
 # Plan-stage prompt (style + lyrics + framing) in tokens. Not published; a guess of a typical prompt. The semantic
 # prefix then holds prompt + ABC ids, as the reference runtime builds it (token_prefixes(request, tokenizer, abc)).
 DEFAULT_PROMPT_TOKENS = 300
@@ -247,13 +249,13 @@ class TrackShape:
 
 def album_tracks(count: int, seed: int = 0, mean_seconds: float = REFERENCE_SECONDS, spread_seconds: float = 45.0,
                  model: ModelShape | None = None) -> list[TrackShape]:
-    """A seeded album: lengths ~ normal(mean, spread) clipped to [60 s, 360 s] (9,000 frames = 6 min); token counts
+    """A seeded album: lengths ~ normal(mean, spread) clipped to [SHORTEST_SECONDS, LONGEST_SECONDS]; token counts
     capped at the model's max_tokens (yue2-3b by default)."""
     import random
     rng, model = random.Random(seed), model or ModelShape.yue2_3b()
     tracks = []
     for i in range(count):
-        seconds = min(360.0, max(60.0, rng.gauss(mean_seconds, spread_seconds)))
+        seconds = min(LONGEST_SECONDS, max(SHORTEST_SECONDS, rng.gauss(mean_seconds, spread_seconds)))
         tracks.append(TrackShape.from_audio_seconds(round(seconds, 2), title=f"track {i + 1:02d}", model=model))
     return tracks
 

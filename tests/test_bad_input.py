@@ -244,6 +244,9 @@ OTHERS = [
      "Invalid value for '--output': 'yaml' is not one of 'table', 'json'"),
     ("simulate-tracks-negative", ["simulate", "--tracks", "-3"], "--tracks"),
     ("simulate-tracks-zero", ["simulate", "--tracks", "0"], "--tracks"),
+    ("simulate-mean-seconds", ["simulate", "--tracks", "2", "--mean-seconds", "-5"],
+     "Invalid value for '--mean-seconds'"),
+    ("plan-mean-seconds", ["plan", "--tracks", "2", "--mean-seconds", "400"], "Invalid value for '--mean-seconds'"),
     ("simulate-profile-broken", ["simulate", "--cluster", "{w}/broken.toml", "--tracks", "2"], "not valid TOML"),
     ("inventory-profile-broken", ["inventory", "--cluster", "{w}/broken.toml"], "not valid TOML"),
     ("init-checkpoint-config", ["init-checkpoint", "{out}", "--config", "huge"], "huge"),
@@ -253,6 +256,18 @@ OTHERS = [
     ("quantize-model-missing", ["quantize", "{out}", "--model", "/nonexistent"], "--model /nonexistent"),
     ("quantize-out-exists", ["quantize", "{w}/ar-fp8"], "{w}/ar-fp8 already exists"),
     ("dashboard-no-album", ["dashboard", "{w}/adir"], "adir"),
+    ("bench-ar-rows-zero", ["bench", "ar", "--rows", "1", "--rows", "0"], "--rows: each value must be 1…32"),
+    ("bench-ar-rows-beyond-slots", ["bench", "ar", "--rows", "40"], "--rows: each value must be 1…32"),
+    ("bench-ar-blocks", ["bench", "ar", "--blocks", "0"], "Invalid value for '--blocks'"),
+    ("bench-ar-numerics", ["bench", "ar", "--numerics-tokens", "1"], "Invalid value for '--numerics-tokens'"),
+    ("bench-song-plan", ["bench", "song", "--plan-tokens", "0"], "Invalid value for '--plan-tokens'"),
+    ("bench-song-repeats", ["bench", "song", "--repeats", "0"], "Invalid value for '--repeats'"),
+    ("bench-acoustic-evals", ["bench", "acoustic", "--evals", "0"], "Invalid value for '--evals'"),
+    ("bench-acoustic-frames", ["bench", "acoustic", "--frames", "-5"], "Invalid value for '--frames'"),
+    ("bench-quality-semantic", ["bench", "quality", "--semantic-tokens", "0"],
+     "Invalid value for '--semantic-tokens'"),
+    ("bench-album-tracks", ["bench", "album", "--tracks", "0"], "Invalid value for '--tracks'"),
+    ("bench-album-semantic", ["bench", "album", "--semantic-tokens", "0"], "Invalid value for '--semantic-tokens'"),
 ]
 
 

@@ -14,10 +14,10 @@ from .common import (ArFormatOpt, DeviceOpt, JsonOutOpt, KvOpt, ModelOpt, Summar
 def bench_song(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
-    plan_tokens: Annotated[int, typer.Option(help="Forced plan length (reference track: 4540).")] = 4540,
-    semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length (reference track: 5371).")] = 5371,
+    plan_tokens: Annotated[int, typer.Option(help="Forced plan length (reference track: 4540).", min=1)] = 4540,
+    semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length (reference track: 5371).", min=1)] = 5371,
     device: DeviceOpt = "auto",
-    repeats: Annotated[int, typer.Option(help="Timed runs; the table shows medians.")] = 1,
+    repeats: Annotated[int, typer.Option(help="Timed runs; the table shows medians.", min=1)] = 1,
     json_out: JsonOutOpt = None,
     calibrate: Annotated[Path | None, typer.Option(help="Also fit and write a calibration file from this run.")]
     = None,
@@ -46,9 +46,9 @@ def bench_acoustic(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
     device: DeviceOpt = "auto",
-    prefix_tokens: Annotated[int, typer.Option(help="AR prefix of the chunk (reference track: 5000).")] = 5000,
-    frames: Annotated[int, typer.Option(help="Latent frames of the chunk (reference track: 5371).")] = 5371,
-    evals: Annotated[int, typer.Option(help="Timed velocity evaluations per path.")] = 4,
+    prefix_tokens: Annotated[int, typer.Option(help="AR prefix of the chunk (reference track: 5000).", min=1)] = 5000,
+    frames: Annotated[int, typer.Option(help="Latent frames of the chunk (reference track: 5371).", min=1)] = 5371,
+    evals: Annotated[int, typer.Option(help="Timed velocity evaluations per path.", min=1)] = 4,
     json_out: JsonOutOpt = None,
     summary: SummaryOpt = None,
 ) -> None:
@@ -70,8 +70,8 @@ def bench_ar(
     vae: VaeOpt = None,
     device: DeviceOpt = "auto",
     rows: Annotated[list[int] | None, typer.Option("--rows", help="Live rows to measure (repeatable).")] = None,
-    blocks: Annotated[int, typer.Option(help="Timed blocks of steps per point (after one warm block).")] = 4,
-    numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.")] = 4096,
+    blocks: Annotated[int, typer.Option(help="Timed blocks of steps per point (after one warm block).", min=1)] = 4,
+    numerics_tokens: Annotated[int, typer.Option(help="Teacher-forced tokens for the FP32 comparison.", min=2)] = 4096,
     weight_format: ArFormatOpt = "bf16",
     kv_cache: KvOpt = "bf16",
     chain: Annotated[one_of("auto", "on", "off"), typer.Option(
@@ -81,8 +81,12 @@ def bench_ar(
     summary: SummaryOpt = None,
 ) -> None:
     """The AR step against its memory-bandwidth floor at 1…32 rows, batch invariance, kernel and numerics checks."""
+    from stages.ar import STEP_SLOTS
+
     from ..bench.ar import ROWS, run_ar_bench
 
+    if any(not 1 <= r <= STEP_SLOTS for r in rows or ()):
+        fail(f"--rows: each value must be 1…{STEP_SLOTS} (the step's slots), got {', '.join(map(str, rows))}")
     _check_formats(weight_format, kv_cache)
     if chain == "on" and weight_format != "bf16":
         fail(f"--chain on: the layer chain's kernel reads bf16 weights, not {weight_format} (the W8A8 numerics "
@@ -101,8 +105,8 @@ def bench_quality(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
     device: DeviceOpt = "auto",
-    plan_tokens: Annotated[int, typer.Option(help="Plan ids the BF16 engine samples (forced length).")] = 512,
-    semantic_tokens: Annotated[int, typer.Option(help="Semantic ids it samples (forced length).")] = 1024,
+    plan_tokens: Annotated[int, typer.Option(help="Plan ids the BF16 engine samples (forced length).", min=1)] = 512,
+    semantic_tokens: Annotated[int, typer.Option(help="Semantic ids it samples (forced length).", min=1)] = 1024,
     json_out: JsonOutOpt = None,
     summary: SummaryOpt = None,
 ) -> None:
@@ -133,9 +137,9 @@ def bench_model_check(
 def bench_album(
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
-    tracks: Annotated[int, typer.Option(help="Tracks in the album.")] = 4,
-    plan_tokens: Annotated[int, typer.Option(help="Forced plan length per track.")] = 4540,
-    semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length per track.")] = 5371,
+    tracks: Annotated[int, typer.Option(help="Tracks in the album.", min=1)] = 4,
+    plan_tokens: Annotated[int, typer.Option(help="Forced plan length per track.", min=1)] = 4540,
+    semantic_tokens: Annotated[int, typer.Option(help="Forced semantic length per track.", min=1)] = 5371,
     mixed: Annotated[bool, typer.Option(help="Mixed lengths: a fixed list of 2.5–4.5 min tracks, scaled from "
                                              "the forced lengths (a 3.58 min track).")] = False,
     pin: Annotated[list[str] | None, typer.Option(help="STAGE=CARD placement instead of the planner's.")] = None,

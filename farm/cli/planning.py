@@ -6,6 +6,8 @@ from typing import Annotated
 
 import typer
 
+from cluster.workload import LONGEST_SECONDS, REFERENCE_SECONDS, SHORTEST_SECONDS
+
 from .common import AR_FORMATS, KvFormat, OutputOpt, _as_json, app, guarded, one_of
 
 
@@ -26,7 +28,8 @@ TracksOpt = Annotated[int | None, typer.Option(help="Plan for N songs of seeded 
 ClusterOpt = Annotated[Path | None, typer.Option(help="Cluster profile (configs/clusters/*.toml); default: this "
                                                       "host's GPUs.")]
 SeedOpt = Annotated[int, typer.Option(help="Seed of the song-length draw (--tracks).")]
-MeanSecondsOpt = Annotated[float, typer.Option(help="Mean song length for --tracks.")]
+MeanSecondsOpt = Annotated[float, typer.Option(help="Mean song length for --tracks, in seconds.",
+                                               min=SHORTEST_SECONDS, max=LONGEST_SECONDS)]
 PlanArFormatOpt = Annotated[one_of(*AR_FORMATS, "auto") | None, typer.Option(
     "--ar-format", help="The AR weights to plan for: bf16, fp8, nvfp4 or auto (the planner picks the fastest for these "
                         "cards; a render runs the one it is given). Default: the album's ar_format, else bf16.")]
@@ -40,7 +43,7 @@ def plan(
     album: AlbumOpt = None,
     tracks: TracksOpt = None,
     seed: SeedOpt = 0,
-    mean_seconds: MeanSecondsOpt = 214.85,
+    mean_seconds: MeanSecondsOpt = REFERENCE_SECONDS,
     output: OutputOpt = "table",
     ar_format: PlanArFormatOpt = None,
     kv_cache: PlanKvOpt = None,
@@ -58,7 +61,7 @@ def simulate(
     album: AlbumOpt = None,
     tracks: TracksOpt = None,
     seed: SeedOpt = 0,
-    mean_seconds: MeanSecondsOpt = 214.85,
+    mean_seconds: MeanSecondsOpt = REFERENCE_SECONDS,
     output: OutputOpt = "table",
     ar_format: PlanArFormatOpt = None,
     kv_cache: PlanKvOpt = None,
