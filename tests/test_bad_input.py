@@ -267,6 +267,16 @@ OTHERS = [
     ("bench-quality-semantic", ["bench", "quality", "--semantic-tokens", "0"],
      "Invalid value for '--semantic-tokens'"),
     ("bench-album-tracks", ["bench", "album", "--tracks", "0"], "Invalid value for '--tracks'"),
+    ("bench-album-context", ["bench", "album", "--tracks", "2", "--no-sequential"],
+     "--plan-tokens 4540 / --semantic-tokens 5371: track 1 \"Bench 01\": plan: prompt of"),
+    ("bench-json-unwritable", ["bench", "ar", "--json", "/proc/farm-report.json"],
+     "Invalid value for '--json': /proc/farm-report.json: cannot write in /proc"),
+    ("bench-json-folder", ["bench", "song", "--json", "{w}/adir"], "Invalid value for '--json': {w}/adir is a folder"),
+    ("bench-summary-no-folder", ["bench", "acoustic", "--summary", "{w}/nope/summary.json"],
+     "Invalid value for '--summary': {w}/nope/summary.json: cannot write in {w}/nope"),
+    ("bench-gantt-unwritable", ["bench", "album", "--gantt", "/proc/gantt.png"], "Invalid value for '--gantt'"),
+    ("bench-calibrate-unwritable", ["bench", "song", "--calibrate", "/proc/c.toml"], "Invalid value for '--calibrate'"),
+    ("calibrate-out-unwritable", ["calibrate", "{w}/lyrics.txt", "--out", "/proc/c.toml"], "Invalid value for '--out'"),
     ("bench-album-semantic", ["bench", "album", "--semantic-tokens", "0"], "Invalid value for '--semantic-tokens'"),
 ]
 

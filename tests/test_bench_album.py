@@ -2,6 +2,8 @@
 lengths, and the report's keys name the mixed album. (Timings mean nothing on the CPU.)"""
 from __future__ import annotations
 
+import tempfile
+
 import pytest
 
 from farm.bench.album import run_album_bench, track_lengths
@@ -24,7 +26,11 @@ def test_mixed_lengths_follow_the_fixed_list():
 
 
 @pytest.mark.slow
-def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path, capsys):
+def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ckpt_dir, tmp_path, capsys,
+                                                             monkeypatch):
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     report = run_album_bench(model=str(tiny_ckpt_dir), vae=None, tracks=3, plan_tokens=20, semantic_tokens=30,
                              pins=(), sequential=False, json_out=tmp_path / "album.json",
                              cluster=PROFILES / "ci.toml", mixed=True, ar_window=2, gantt=tmp_path / "gantt.png")
@@ -38,6 +44,7 @@ def test_mixed_album_bench_renders_each_track_at_its_length(ray_cluster, tiny_ck
     left = sorted(e["end"] for e in report["events"] if e["stage"] == "semantic")
     assert entered[2] >= left[0] - 1e-3                  # the third track entered AR only after one had left it
     assert (tmp_path / "gantt.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert not list(scratch.iterdir())                   # the bench's album folder is gone with the run
     figures = album_figures(report)
     assert any(k.startswith("album3_mixed_") and k.endswith("gpu_s") for k in figures), figures
     # where the start went: each worker's load phases (they add up to less than its whole start), and the wait

@@ -45,13 +45,22 @@ def album_spec(lengths: list[tuple[int, int]], lyrics: str) -> str:
     return head + body
 
 
-def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
-                    pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
-                    cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None,
-                    gantt: Path | None = None, kv_cache: str = "bf16") -> dict:
+def run_album_bench(**options) -> dict:
+    """The bench's album is rendered in a temporary folder, removed after the run: its audio is not the point (and a
+    12-track render leaves ~0.4 GB)."""
+    with tempfile.TemporaryDirectory(prefix="farm-bench-", ignore_cleanup_errors=True) as work:
+        return album_bench_in(Path(work), **options)
+
+
+def album_bench_in(work: Path, *, model: str, vae: str | None, tracks: int, plan_tokens: int, semantic_tokens: int,
+                   pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
+                   cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None,
+                   gantt: Path | None = None, kv_cache: str = "bf16") -> dict:
     from stages.requests import open_checkpoint
 
+    from ..album import AlbumError
     from ..driver import RenderOptions, render_album
+    from ..errors import UserError
     from ..gpumon import GpuMonitor
     from ..models import resolve_model
 
@@ -59,15 +68,18 @@ def run_album_bench(*, model: str, vae: str | None, tracks: int, plan_tokens: in
 
     paths = resolve_model(model, vae)
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
-    work = Path(tempfile.mkdtemp(prefix="farm-bench-"))
     spec = work / "album.toml"
     lengths = track_lengths(tracks, plan_tokens, semantic_tokens, mixed)
     spec.write_text(album_spec(lengths, bench_lyrics(ckpt.cfg.tokens)))
     monitor = GpuMonitor([d.uuid for d in probe_nvml("local")], interval=0.5).start()
     started = time.time()
-    result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
-                                              progress=False, address=address, cluster=cluster,
-                                              ar_window=ar_window, kv_cache=kv_cache))
+    try:
+        result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
+                                                  progress=False, address=address, cluster=cluster,
+                                                  ar_window=ar_window, kv_cache=kv_cache))
+    except AlbumError as exc:     # the spec is ours, written from the flags: name them, not our temporary file
+        problem = exc.problems[0].removeprefix(f"{spec}: ")
+        raise UserError(f"--plan-tokens {plan_tokens} / --semantic-tokens {semantic_tokens}: {problem}") from None
     total = time.time() - started
     monitor.stop()
     ok = [e for e in result.events if e.ok]

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from .common import (ArFormatOpt, DeviceOpt, JsonOutOpt, KvOpt, ModelOpt, SummaryOpt, VaeOpt, bench_app, fail,
-                     guarded, one_of)
+                     guarded, one_of, writable_file)
 
 
 @bench_app.command("song")
@@ -19,8 +19,8 @@ def bench_song(
     device: DeviceOpt = "auto",
     repeats: Annotated[int, typer.Option(help="Timed runs; the table shows medians.", min=1)] = 1,
     json_out: JsonOutOpt = None,
-    calibrate: Annotated[Path | None, typer.Option(help="Also fit and write a calibration file from this run.")]
-    = None,
+    calibrate: Annotated[Path | None, typer.Option(help="Also fit and write a calibration file from this run.",
+                                                   callback=writable_file)] = None,
     summary: SummaryOpt = None,
     weight_format: ArFormatOpt = "bf16",
 ) -> None:
@@ -150,7 +150,8 @@ def bench_album(
     address: Annotated[str | None, typer.Option(help="A running Ray cluster (default: a local one).")] = None,
     cluster: Annotated[Path | None, typer.Option(help="Cluster profile (virtual cards).")] = None,
     json_out: JsonOutOpt = None,
-    gantt: Annotated[Path | None, typer.Option(help="Also write the album's Gantt chart (PNG) here.")] = None,
+    gantt: Annotated[Path | None, typer.Option(help="Also write the album's Gantt chart (PNG) here.",
+                                               callback=writable_file)] = None,
     kv_cache: KvOpt = "bf16",
     summary: SummaryOpt = None,
 ) -> None:

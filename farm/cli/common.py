@@ -97,9 +97,30 @@ DecodePrecisionOpt = Annotated[DecodePrecision, typer.Option(
     help=f"The VAE's convolutions: tf32x3 (tensor cores at FP32's accuracy on Hopper, cuDNN FP32 on other cards), "
          f"fp32 (cuDNN FP32 on every card) or tf32 (audio ~3e-4 from FP32; another song's bytes). Default: "
          f"{DEFAULT_DECODE_PRECISION}.")]
+
+
+def writable_file(path: Path | None) -> Path | None:
+    """An output file's check when the command line is read (a typer callback): its folder must take a new file now,
+    so that a benchmark's minutes of work are not lost to a path it cannot write at the end."""
+    import tempfile
+
+    if path is None:
+        return None
+    if path.is_dir():
+        raise typer.BadParameter(f"{path} is a folder, not a file")
+    try:
+        with tempfile.NamedTemporaryFile(dir=path.parent, prefix=".farm-write-check-"):
+            pass
+    except OSError as exc:
+        raise typer.BadParameter(f"{path}: cannot write in {path.parent} ({exc.strerror or exc})") from None
+    return path
+
+
 # the benchmarks' report file and the headline keys they update
-JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.")]
-SummaryOpt = Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).")]
+JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.",
+                                                 callback=writable_file)]
+SummaryOpt = Annotated[Path | None, typer.Option(help="Update the headline keys (docs/measured/summary.json).",
+                                                 callback=writable_file)]
 # `--json PATH` writes a report file (the benchmarks); `--output` is how `plan` and `simulate` print; `--format` is
 # always an AR weight format (`farm quantize`, `farm bench ar|song`).
 OutputOpt = Annotated[one_of("table", "json"), typer.Option("--output", help="How to print it: table or json.")]

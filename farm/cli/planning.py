@@ -8,7 +8,7 @@ import typer
 
 from cluster.workload import LONGEST_SECONDS, REFERENCE_SECONDS, SHORTEST_SECONDS
 
-from .common import AR_FORMATS, KvFormat, OutputOpt, _as_json, app, guarded, one_of
+from .common import AR_FORMATS, KvFormat, OutputOpt, _as_json, app, guarded, one_of, writable_file
 
 
 @app.command()
@@ -76,8 +76,8 @@ def simulate(
 @app.command()
 def calibrate(
     bench_json: Annotated[Path, typer.Argument(help="A `farm bench song --json` report measured on a GPU.")],
-    out: Annotated[Path | None, typer.Option(help="Calibration file (default configs/calibration/<gpu>.toml).")]
-    = None,
+    out: Annotated[Path | None, typer.Option(help="Calibration file (default configs/calibration/<gpu>.toml).",
+                                             callback=writable_file)] = None,
     album: Annotated[list[Path] | None, typer.Option(help="`farm bench album --json` reports: AR batching points.")]
     = None,
 ) -> None:
