@@ -3,13 +3,15 @@
 # What s54 left for an H200 (no product code changed since the s48 headline but the start, s49–s52):
 #   step start    (carry [".carry"], the prefix of ../shared/tools/device-carry.sh, init-checkpoint into out/ck)
 #                 the card's name into $OUT and out/ (on an H100 the session gives the machine back) (~1 min)
-#   step kv-album (carry [".fa4a"]) FA4's first half into out/, then the s53 plan's kv-album: the 12-track album
-#                 with the BF16 and the FP8 KV cache in one call (SDPA on both sides) (~8 min)
+#   step fa4a     (carry [".fa4a"]) FA4's first half into out/ only (seconds)
 #   step album12  (carry [".fa4b"]) the s53 plan's album12: FA4 joined, the headline album with its start keys,
 #                 then the reference track (~6 min)
+#   step kv-album (any carry, once FA4's first half is in out/) the s53 plan's kv-album: the 12-track album with
+#                 the BF16 and the FP8 KV cache in one call (SDPA on both sides) (~5–8 min)
+# With the device minutes short (s55 lost ~12 to refused starts), album12 goes first: fa4a, album12, kv-album.
 # The s53 plan names its logs s53-*; they come back renamed s55-*.
 set -u
-step=${1:?step: start, kv-album or album12}
+step=${1:?step: start, fa4a, album12 or kv-album}
 m=docs/measured
 
 renamed() {
@@ -24,8 +26,11 @@ start)
     cp "$OUT/s55-machine.txt" out/
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/s55-machine.txt" 2>&1
     ;;
-kv-album)
+fa4a)
     cp .fa4a/part_a out/
+    ls -l out/part_a > "$OUT/s55-fa4a.txt"
+    ;;
+kv-album)
     bash $m/2026-12-06-cpu-s53-device-plan.sh kv-album
     renamed
     ;;
