@@ -84,7 +84,10 @@ def _start(address: str | None, profile_path: Path | None) -> Runtime:
     if ray.is_initialized() or address:
         owns = not ray.is_initialized()
         if owns:
-            ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            try:
+                ray.init(address=address, include_dashboard=False, log_to_driver=False)
+            except ConnectionError as exc:   # something answers there, but not a Ray cluster's GCS (or not ours)
+                raise UserError(f"--address {address}: {exc}") from None
         inventory = profile_devices(profile) if profile else (probe_cluster() or cluster_cpus())
         check_advertised(inventory)
         return Runtime(inventory, profile, owns)

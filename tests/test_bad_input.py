@@ -277,6 +277,9 @@ OTHERS = [
     ("bench-gantt-unwritable", ["bench", "album", "--gantt", "/proc/gantt.png"], "Invalid value for '--gantt'"),
     ("bench-calibrate-unwritable", ["bench", "song", "--calibrate", "/proc/c.toml"], "Invalid value for '--calibrate'"),
     ("calibrate-out-unwritable", ["calibrate", "{w}/lyrics.txt", "--out", "/proc/c.toml"], "Invalid value for '--out'"),
+    ("bench-song-context", ["bench", "song"], "--plan-tokens 4540 / --semantic-tokens 5371: plan: prompt of"),
+    ("bench-quality-context", ["bench", "quality", "--plan-tokens", "100", "--semantic-tokens", "300"],
+     "--plan-tokens 100 / --semantic-tokens 300: semantic: prompt of"),
     ("bench-album-semantic", ["bench", "album", "--semantic-tokens", "0"], "Invalid value for '--semantic-tokens'"),
 ]
 
@@ -378,6 +381,24 @@ def test_a_store_that_never_answers_is_refused_within_the_preflight_deadline(wor
     assert "--out s3://albums/x: no answer from the store within 2 s" in result.output, result.output
     assert time.monotonic() - started < 30
     hole.close()
+
+
+def test_an_address_that_answers_but_is_no_ray_cluster_is_a_user_error(monkeypatch):
+    """Something listens at --address (a proxy, another service), so the port check passes, and Ray's connect then
+    fails: that is the user's address, not a bug (seen on 2026-12-07 with a proxy's HTTP/2 404). Ray's own failure
+    is stood in for here: a real one needs a server that answers gRPC with an error."""
+    import ray
+
+    import farm.raycluster
+    from farm.errors import UserError
+
+    def refuse(**kwargs):
+        raise ConnectionError("Failed to connect to Ray cluster at 10.0.0.9:6379")
+
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", refuse)
+    with pytest.raises(UserError, match="^--address 10.0.0.9:6379: Failed to connect to Ray cluster"):
+        farm.raycluster.start("10.0.0.9:6379", None)
 
 
 def test_a_bug_is_one_line_pointing_at_its_traceback_in_a_log(tmp_path):

@@ -16,7 +16,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from .song import BENCH_STYLE, bench_lyrics, environment
+from .song import BENCH_STYLE, bench_lyrics, check_forced_lengths, environment
 
 # Published for the real YuE2-3B weights (issue 10: teacher-forced on the BF16 model's own samples, 6,286 plan and
 # 17,931 semantic positions): semantic TV per format, and plan top-1 agreement.
@@ -46,9 +46,10 @@ def run_quality_bench(*, model: str, vae: str | None, device: str, plan_tokens: 
     paths = resolve_model(model, vae)
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     cfg = ckpt.cfg
-    net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device=device)
     settings = default_settings(cfg, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens)
     request = SongRequest(BENCH_STYLE, bench_lyrics(cfg.tokens), cot="full")
+    check_forced_lengths(ckpt, request, settings, plan_tokens, semantic_tokens)
+    net = load_model(ckpt.model_dir, cfg, {AR, HEAD}, device=device)
     cuda = device.startswith("cuda")
 
     def engine(formats=("bf16", "bf16", None)):

@@ -39,6 +39,20 @@ def environment(device: str) -> dict:
     return env
 
 
+def check_forced_lengths(ckpt, request, settings, plan_tokens: int, semantic_tokens: int) -> None:
+    """The forced lengths must fit the model's context (stages.requests.validate): checked before any engine loads,
+    and named by their flags."""
+    from stages.protocol import ProtocolError
+    from stages.requests import validate
+
+    from ..errors import UserError
+
+    try:
+        validate(ckpt, request, settings)
+    except ProtocolError as exc:
+        raise UserError(f"--plan-tokens {plan_tokens} / --semantic-tokens {semantic_tokens}: {exc}") from None
+
+
 def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_tokens: int, device: str,
                    repeats: int, json_out: Path | None, weight_format: str = "bf16") -> list[dict]:
     from stages.protocol import SongRequest
@@ -53,6 +67,7 @@ def run_song_bench(*, model: str, vae: str | None, plan_tokens: int, semantic_to
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     request = SongRequest(style=BENCH_STYLE, lyrics=bench_lyrics(ckpt.cfg.tokens), cot="full")
     settings = default_settings(ckpt.cfg, plan_tokens=plan_tokens, semantic_tokens=semantic_tokens)
+    check_forced_lengths(ckpt, request, settings, plan_tokens, semantic_tokens)
     start = time.perf_counter()
     engines = SongEngines(ckpt, device=device, fast=device.startswith("cuda"), ar_format=weight_format)
     load_seconds = time.perf_counter() - start
