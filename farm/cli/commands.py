@@ -9,12 +9,12 @@ import typer
 from stages.config import DEFAULT_DECODE_PRECISION
 
 from .common import (EXIT_FAILED_TRACKS, ArFormatFlag, Cot, DecodePrecisionOpt, DeviceOpt, KvFormat, KvOpt,
-                     ModelConfig, ModelOpt, QuantFormat, VaeOpt, app, fail, guarded, interruptible)
+                     ModelConfig, ModelOpt, QuantFormat, VaeOpt, app, fail, guarded, interruptible, writable_folder)
 
 
 @app.command("init-checkpoint")
 def init_checkpoint(
-    out: Annotated[Path, typer.Argument(help="Directory to create model/ and vae/ in.")],
+    out: Annotated[Path, typer.Argument(help="Directory to create model/ and vae/ in.", callback=writable_folder)],
     config: Annotated[ModelConfig, typer.Option("--config", "-c", help="A model config (configs/models/*.toml).")]
     = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the random weights.")] = 0,
@@ -33,7 +33,8 @@ def init_checkpoint(
 
 @app.command(no_args_is_help=True)
 def quantize(
-    out: Annotated[Path, typer.Argument(help="New directory for the quantised AR checkpoint.")],
+    out: Annotated[Path, typer.Argument(help="New directory for the quantised AR checkpoint.",
+                                        callback=writable_folder)],
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
     weight_format: Annotated[QuantFormat, typer.Option("--format", help="fp8: FP8 weights, one scale per output "

@@ -116,6 +116,24 @@ def writable_file(path: Path | None) -> Path | None:
     return path
 
 
+def writable_folder(path: Path | None) -> Path | None:
+    """A folder a command will create or fill: it, or the nearest folder above it that exists, must take a new entry
+    now (a typer callback, like `writable_file`)."""
+    import shutil
+    import tempfile
+
+    if path is None:
+        return None
+    if path.exists() and not path.is_dir():
+        raise typer.BadParameter(f"{path} is a file, not a folder")
+    base = next(p for p in (path, *path.parents) if p.exists())
+    try:
+        shutil.rmtree(tempfile.mkdtemp(dir=base, prefix=".farm-write-check-"))
+    except OSError as exc:
+        raise typer.BadParameter(f"{path}: cannot write in {base} ({exc.strerror or exc})") from None
+    return path
+
+
 # the benchmarks' report file and the headline keys they update
 JsonOutOpt = Annotated[Path | None, typer.Option("--json", help="Also write the report as JSON here.",
                                                  callback=writable_file)]
