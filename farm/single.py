@@ -67,7 +67,7 @@ def read_abc(path: Path) -> dict:
 
 def render_song_folder(job: SongJob) -> dict:
     """Check inputs, render, write the folder. Returns settings.json's content."""
-    from stages.protocol import COT_MODES, SongRequest
+    from stages.protocol import COT_MODES, ProtocolError, SongRequest
     from stages.requests import default_settings, open_checkpoint, validate
     from stages.song import SongEngines, render_song
     from stages.vae import PRECISIONS
@@ -86,9 +86,14 @@ def render_song_folder(job: SongJob) -> dict:
     request = SongRequest(style=job.style, lyrics=lyrics, cot=job.cot, seed=job.seed, **abc)
     if job.decode_precision not in PRECISIONS:
         raise UserError(f"--decode-precision must be one of {', '.join(PRECISIONS)}, got {job.decode_precision!r}")
-    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler,
-                                decode_precision=job.decode_precision)
-    validate(ckpt, request, settings)
+    try:
+        settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler,
+                                    decode_precision=job.decode_precision)
+        validate(ckpt, request, settings)
+    except ProtocolError as exc:     # the semantic budget is the user's flag when given: name it
+        if job.max_semantic_tokens is not None and str(exc).startswith("semantic"):
+            raise UserError(f"--max-semantic-tokens {job.max_semantic_tokens}: {exc}") from None
+        raise
     ar_format = check_ar_checkpoint(job.ar_checkpoint, ckpt.cfg) if job.ar_checkpoint else None
     ar_format = check_ar_format(job.ar_format, ar_format)
     check_kv_cache(job.kv_cache)

@@ -57,11 +57,12 @@ def song(
     out: Annotated[str, typer.Option("--out", "-o", help="Song folder: a path or an fsspec URL.")],
     model: ModelOpt = "tiny",
     vae: VaeOpt = None,
-    seed: Annotated[int, typer.Option(help="Request seed.")] = 831001,
+    seed: Annotated[int, typer.Option(help="Request seed.", min=0, max=2**63 - 1)] = 831001,
     cot: Annotated[Cot, typer.Option(help="How much score the plan stage writes: full, melody or off.")] = "full",
     abc_file: Annotated[Path | None, typer.Option("--abc-file", help="Your own score: ABC text or plan.npy ids.")]
     = None,
-    max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).")] = None,
+    max_semantic_tokens: Annotated[int | None, typer.Option(help="Cap on codec tokens (25 per second).", min=1)]
+    = None,
     device: DeviceOpt = "auto",
     force: Annotated[bool, typer.Option(help="Overwrite a non-empty --out.")] = False,
     exact: Annotated[bool, typer.Option(help="The reference AR sampler (torch.multinomial with the seed's "
