@@ -96,9 +96,17 @@ def _start(address: str | None, profile_path: Path | None) -> Runtime:
     return start_local()
 
 
-def check_address(address: str, timeout: float = 5.0) -> None:
-    """A HOST:PORT cluster address must answer within `timeout` seconds (Ray itself would keep trying for minutes).
-    `auto` must find a cluster started on this machine; `ray://` (Ray Client) is checked by Ray itself."""
+# HTTP/2's client connection preface and an empty SETTINGS frame (RFC 9113 §3.4): a gRPC server, as a Ray cluster's
+# GCS is, answers with a SETTINGS frame of its own (frame type 4, the header's fourth byte).
+H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes(3) + b"\x04" + bytes(5)
+ADDRESS_TIMEOUT_S = 5.0
+
+
+def check_address(address: str, timeout: float | None = None) -> None:
+    """A HOST:PORT cluster address must answer within `timeout` seconds, and as a Ray cluster's GCS does (Ray itself
+    would keep trying for minutes, at a wrong port too: say the dashboard's). `auto` must find a cluster started on
+    this machine; `ray://` (Ray Client) and a cluster behind TLS (RAY_USE_TLS) are left to Ray itself."""
+    timeout = ADDRESS_TIMEOUT_S if timeout is None else timeout
     if address.startswith("ray://"):
         return
     if address == "auto":
@@ -109,10 +117,22 @@ def check_address(address: str, timeout: float = 5.0) -> None:
     if not host or not port.isdigit():
         raise UserError(f"--address {address}: expected auto, HOST:PORT or ray://HOST:PORT")
     try:
-        socket.create_connection((host, int(port)), timeout=timeout).close()
+        with socket.create_connection((host, int(port)), timeout=timeout) as sock:
+            if os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true"):
+                return
+            sock.sendall(H2_PREFACE)
+            reply = b""
+            while len(reply) < 4 and (part := sock.recv(9 - len(reply))):
+                reply += part
+    except TimeoutError:
+        raise UserError(f"--address {address}: the port takes connections but nothing answered within "
+                        f"{timeout:.0f} s: not a Ray cluster's GCS port (Ray's default is 6379)") from None
     except OSError as exc:
         raise UserError(f"--address {address}: no Ray cluster answers there within {timeout:.0f} s "
                         f"({exc.strerror or exc})") from None
+    if len(reply) < 4 or reply[3] != 4:
+        raise UserError(f"--address {address}: something answers there, but not a Ray cluster's GCS (it speaks "
+                        f"gRPC; Ray's default port is 6379, the dashboard's 8265)")
 
 
 def ensure_auth_token() -> None:

@@ -389,6 +389,28 @@ def test_a_store_that_never_answers_is_refused_within_the_preflight_deadline(wor
     hole.close()
 
 
+def test_an_address_is_checked_to_be_a_ray_clusters_gcs(ray_cluster, monkeypatch):
+    """The session's real cluster passes; an HTTP server (say Ray's dashboard port, a real user's slip) and a port
+    that takes connections and never answers are refused at once, where Ray would keep trying for minutes."""
+    import http.server
+    import threading
+
+    import farm.raycluster
+    from farm.errors import UserError
+
+    farm.raycluster.check_address(ray_cluster.address)
+    web = http.server.ThreadingHTTPServer(("127.0.0.1", 0), http.server.BaseHTTPRequestHandler)
+    threading.Thread(target=web.serve_forever, daemon=True).start()
+    try:
+        with pytest.raises(UserError, match="something answers there, but not a Ray cluster's GCS"):
+            farm.raycluster.check_address(f"127.0.0.1:{web.server_address[1]}")
+    finally:
+        web.shutdown()
+    monkeypatch.setattr(farm.raycluster, "ADDRESS_TIMEOUT_S", 1.0)
+    with pytest.raises(UserError, match="the port takes connections but nothing answered within 1 s"):
+        farm.raycluster.check_address(f"127.0.0.1:{HELD.getsockname()[1]}")
+
+
 def test_an_address_that_answers_but_is_no_ray_cluster_is_a_user_error(monkeypatch):
     """Something listens at --address (a proxy, another service), so the port check passes, and Ray's connect then
     fails: that is the user's address, not a bug (seen on 2026-12-07 with a proxy's HTTP/2 404). Ray's own failure
