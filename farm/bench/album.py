@@ -78,6 +78,7 @@ def album_bench_in(work: Path, *, model: str, vae: str | None, tracks: int, plan
                                                   progress=False, address=address, cluster=cluster,
                                                   ar_window=ar_window, kv_cache=kv_cache))
     except AlbumError as exc:     # the spec is ours, written from the flags: name them, not our temporary file
+        monitor.stop()
         problem = exc.problems[0].removeprefix(f"{spec}: ")
         raise UserError(f"--plan-tokens {plan_tokens} / --semantic-tokens {semantic_tokens}: {problem}") from None
     total = time.time() - started
