@@ -45,6 +45,8 @@ def world(tmp_path_factory, tiny_ckpt_dir):
     (w / "latin1.txt").write_bytes("caf\xe9".encode("latin-1"))
     (w / "huge.txt").write_bytes(b"a" * ((1 << 20) + 1))
     (w / "adir").mkdir()
+    (w / "live-album").mkdir()
+    (w / "live-album" / "live.json").write_text("{}")      # what makes a folder the dashboard's to serve
     os.mkfifo(w / "pipe")
     (w / "file.out").write_text("not a folder")
     (w / "full").mkdir()
@@ -262,6 +264,8 @@ OTHERS = [
     ("quantize-model-missing", ["quantize", "{out}", "--model", "/nonexistent"], "--model /nonexistent"),
     ("quantize-out-exists", ["quantize", "{w}/ar-fp8"], "{w}/ar-fp8 already exists"),
     ("dashboard-no-album", ["dashboard", "{w}/adir"], "adir"),
+    ("dashboard-port-invalid", ["dashboard", "{w}/live-album", "--port", "70000"], "--port 70000: must be 0…65535"),
+    ("dashboard-port-busy", ["dashboard", "{w}/live-album", "--port", str(HELD.getsockname()[1])], "cannot serve"),
     ("bench-ar-rows-zero", ["bench", "ar", "--rows", "1", "--rows", "0"], "--rows: each value must be 1…32"),
     ("bench-ar-rows-beyond-slots", ["bench", "ar", "--rows", "40"], "--rows: each value must be 1…32"),
     ("bench-ar-blocks", ["bench", "ar", "--blocks", "0"], "Invalid value for '--blocks'"),

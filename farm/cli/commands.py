@@ -210,12 +210,13 @@ def dashboard_command(
     """Serve the live page for an album folder (its metrics and live.json), until Ctrl-C."""
     import time
 
-    from ..dashboard.server import serve
+    from ..dashboard.server import check_port, serve
     from ..live import album_stats_fn
     from ..store import Store
 
     if not Store(out).exists("live.json") and not Store(out).exists("metrics.parquet"):
         fail(f"{out}: no live.json or metrics.parquet — not a farm album folder")
+    guarded(check_port, host, port)
     server, url = serve(album_stats_fn(out), host=host, port=port)
     typer.echo(f"dashboard for {out}: {url}  (Ctrl-C to stop)")
     try:
