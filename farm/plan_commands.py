@@ -132,16 +132,28 @@ def measured_from_bench(report: dict, albums: tuple[dict, ...] = ()) -> Measured
                     decode_seconds={r["precision"]: r["seconds"] for r in report.get("decode_precisions", [])})
 
 
+# the keys each kind of report must hold for the commands that read it (a report of another kind is refused)
+SONG_REPORT = ("farm bench song --json", ("environment", "rows"))
+ALBUM_REPORT = ("farm bench album --json", ("environment", "tracks", "plan_tokens", "semantic_tokens", "placement",
+                                            "stages", "album_makespan_s"))
+
+
 def calibrate_command(bench_json: Path, out: Path | None, album_jsons: tuple[Path, ...] = ()) -> str:
-    report, albums = _read_json(bench_json), tuple(_read_json(p) for p in album_jsons)
+    report = _read_json(bench_json, SONG_REPORT)
+    albums = tuple(_read_json(p, ALBUM_REPORT) for p in album_jsons)
     return calibrate_report(report, out, albums)
 
 
-def _read_json(path: Path) -> dict:
+def _read_json(path: Path, kind: tuple[str, tuple[str, ...]]) -> dict:
     try:
-        return json.loads(Path(path).read_text())
+        report = json.loads(Path(path).read_text())
     except (OSError, ValueError) as exc:
         raise UserError(f"{path}: not a readable bench report ({exc})") from None
+    command, keys = kind
+    missing = [k for k in keys if not isinstance(report, dict) or k not in report]
+    if missing:
+        raise UserError(f"{path}: not a `{command}` report (no {', '.join(missing)})")
+    return report
 
 
 def calibrate_report(report: dict, out: Path | None, albums: tuple[dict, ...] = ()) -> str:
@@ -169,7 +181,7 @@ def model_check(album_json: Path, calibration: Path | None = None) -> str:
     from cluster.simulate import simulate
     from cluster.tables import table
 
-    report = _read_json(album_json)
+    report = _read_json(album_json, ALBUM_REPORT)
     formats = {"model": ModelShape.yue2_3b().with_formats(kv_format=report.get("kv_cache", "bf16"))}
     options = (PlanOptions(calibration=load_calibration(calibration), **formats) if calibration
                else options_for(None, **formats))

@@ -110,6 +110,7 @@ def busy_port() -> socket.socket:
 
 
 HELD = busy_port()       # held for the whole module: the dashboard case must find it taken
+MEASURED = Path(__file__).resolve().parents[1] / "docs" / "measured"
 
 # (id, argv with {w} = the world folder and {out} = a fresh output path, expected text in the message)
 RENDER = [
@@ -290,6 +291,10 @@ OTHERS = [
     ("bench-song-context", ["bench", "song"], "--plan-tokens 4540 / --semantic-tokens 5371: plan: prompt of"),
     ("bench-quality-context", ["bench", "quality", "--plan-tokens", "100", "--semantic-tokens", "300"],
      "--plan-tokens 100 / --semantic-tokens 300: semantic: prompt of"),
+    ("model-check-song-report", ["bench", "model-check", str(MEASURED / "2026-12-05-h200-s48-bench-song-fa4.json")],
+     "not a `farm bench album --json` report (no tracks, plan_tokens"),
+    ("calibrate-summary", ["calibrate", str(MEASURED / "summary.json")],
+     "summary.json: not a `farm bench song --json` report (no environment, rows)"),
     ("bench-album-semantic", ["bench", "album", "--semantic-tokens", "0"], "Invalid value for '--semantic-tokens'"),
 ]
 
