@@ -86,9 +86,9 @@ def render_song_folder(job: SongJob) -> dict:
     request = SongRequest(style=job.style, lyrics=lyrics, cot=job.cot, seed=job.seed, **abc)
     if job.decode_precision not in PRECISIONS:
         raise UserError(f"--decode-precision must be one of {', '.join(PRECISIONS)}, got {job.decode_precision!r}")
+    settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler,
+                                decode_precision=job.decode_precision)
     try:
-        settings = default_settings(ckpt.cfg, max_semantic_tokens=job.max_semantic_tokens, sampler=job.sampler,
-                                    decode_precision=job.decode_precision)
         validate(ckpt, request, settings)
     except ProtocolError as exc:     # the semantic budget is the user's flag when given: name it
         if job.max_semantic_tokens is not None and str(exc).startswith("semantic"):

@@ -279,7 +279,7 @@ OTHERS = [
      "Invalid value for '--semantic-tokens'"),
     ("bench-album-tracks", ["bench", "album", "--tracks", "0"], "Invalid value for '--tracks'"),
     ("bench-album-context", ["bench", "album", "--tracks", "2", "--no-sequential"],
-     "--plan-tokens 4540 / --semantic-tokens 5371: track 1 \"Bench 01\": plan: prompt of"),
+     "--plan-tokens 4540 / --semantic-tokens 5371: plan: prompt of"),
     ("bench-json-unwritable", ["bench", "ar", "--json", "/proc/farm-report.json"],
      "Invalid value for '--json': /proc/farm-report.json: cannot write in /proc"),
     ("bench-json-folder", ["bench", "song", "--json", "{w}/adir"], "Invalid value for '--json': {w}/adir is a folder"),

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from cluster.workload import FRAMES_PER_SECOND, STAGE_UNITS
 
-from .song import BENCH_STYLE, bench_lyrics, environment
+from .song import BENCH_STYLE, bench_lyrics, check_forced_lengths, environment
 
 
 
@@ -56,11 +56,10 @@ def album_bench_in(work: Path, *, model: str, vae: str | None, tracks: int, plan
                    pins: tuple[str, ...], sequential: bool, json_out: Path | None, address: str | None = None,
                    cluster: Path | None = None, mixed: bool = False, ar_window: int | None = None,
                    gantt: Path | None = None, kv_cache: str = "bf16") -> dict:
-    from stages.requests import open_checkpoint
+    from stages.protocol import SongRequest
+    from stages.requests import default_settings, open_checkpoint
 
-    from ..album import AlbumError
     from ..driver import RenderOptions, render_album
-    from ..errors import UserError
     from ..gpumon import GpuMonitor
     from ..models import resolve_model
 
@@ -70,24 +69,23 @@ def album_bench_in(work: Path, *, model: str, vae: str | None, tracks: int, plan
     ckpt = open_checkpoint(paths.model_dir, paths.vae_dir)
     spec = work / "album.toml"
     lengths = track_lengths(tracks, plan_tokens, semantic_tokens, mixed)
+    longest = default_settings(ckpt.cfg, plan_tokens=max(p for p, _ in lengths),
+                               semantic_tokens=max(s for _, s in lengths))
+    request = SongRequest(BENCH_STYLE, bench_lyrics(ckpt.cfg.tokens), cot="full")     # each track's (album_spec)
+    check_forced_lengths(ckpt, request, longest, plan_tokens, semantic_tokens)
     spec.write_text(album_spec(lengths, bench_lyrics(ckpt.cfg.tokens)))
     monitor = GpuMonitor([d.uuid for d in probe_nvml("local")], interval=0.5).start()
     started = time.time()
-    try:
-        result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
-                                                  progress=False, address=address, cluster=cluster,
-                                                  ar_window=ar_window, kv_cache=kv_cache))
-    except AlbumError as exc:     # the spec is ours, written from the flags: name them, not our temporary file
-        monitor.stop()
-        problem = exc.problems[0].removeprefix(f"{spec}: ")
-        raise UserError(f"--plan-tokens {plan_tokens} / --semantic-tokens {semantic_tokens}: {problem}") from None
+    result = render_album(spec, RenderOptions(out=str(work / "out"), model=model, vae=vae, pins=pins, force=True,
+                                              progress=False, address=address, cluster=cluster,
+                                              ar_window=ar_window, kv_cache=kv_cache))
     total = time.time() - started
     monitor.stop()
     ok = [e for e in result.events if e.ok]
     makespan = max(e.end for e in ok) - min(e.start for e in ok)
-    from stages.protocol import SongRequest, plan_prefix
+    from stages.protocol import plan_prefix
 
-    prompt = plan_prefix(SongRequest(BENCH_STYLE, bench_lyrics(ckpt.cfg.tokens)), ckpt.tokenizer, ckpt.cfg.tokens)
+    prompt = plan_prefix(request, ckpt.tokenizer, ckpt.cfg.tokens)
     report = {"environment": environment("cuda" if monitor.available else "cpu"),
               "tracks": tracks, "plan_tokens": plan_tokens, "semantic_tokens": semantic_tokens, "mixed": mixed,
               "kv_cache": kv_cache,
