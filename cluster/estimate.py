@@ -20,8 +20,9 @@ One track alone: sum of L_s. One shared card: about its total work. Dedicated ca
 The shares u are the plan's steady-state split of each card's time.
 
 Against the simulator (which runs the real dispatch rule with batches that thin out and cards time-sliced between
-their busy stages) the estimate is 0-20 % optimistic on the shipped profiles and ~20 % on 1,000-card fleets: use
-it to compare plans, and `simulate` for a forecast.
+their busy stages) the estimate is 0-20 % optimistic on the shipped profiles and ~20 % on 1,000-card fleets, and
+it does not see how a burst of tracks splits between several AR cards: use it to narrow the search, and `simulate`
+to choose among the near-best (placement.py) and for a forecast.
 """
 from __future__ import annotations
 

@@ -12,6 +12,12 @@ Search. Identical cards form a class, so an assignment is "how many cards of eac
   the fractional remainders where memory allows; then moves of one card or a quarter of a group while they help.
 Preference: makespans within 0.5 % of each other count as equal, and then fewer workers win (each is an engine to
 load; a standby worker that shaves a fraction of a percent is not worth its memory).
+Choice (exact search): the estimate compares plans in steady state, and does not see how a burst of tracks splits
+between several AR cards or how a card time-slices its stages, so on two H200s it gave every placement the same
+makespan and chose one the simulator puts 19 % behind the best. So every assignment whose estimate lies within
+SIM_BAND of the best one is run through the simulator (the farm's own dispatch rule, simulate.py), and the
+shortest simulated makespan wins, with the same preference (0.5 % steps, then the estimate's order). The flow
+method (large clusters) keeps the estimate's choice: there a simulation per candidate costs too much.
 With no GPU at all, the same search runs on the CPU pseudo-card ("cpu" method): the farm runs the tiny model there.
 """
 from __future__ import annotations
@@ -32,7 +38,9 @@ from .workload import AR_STAGES, STAGES, TrackShape, check_track
 MAKESPAN_STEP = math.log(1.005)  # makespans within the same 0.5 % step count as equal; then fewer workers win
 WINDOW_FRACTIONS = (1 / 6, 1 / 4, 1 / 3, 1 / 2, 2 / 3)   # AR windows tried, as fractions of the AR slots
 WINDOW_GAIN = 0.01               # a window must beat no window by this much in the simulator to be kept
-WINDOW_SIM_TRACKS = 256          # albums beyond this many tracks keep no window (one simulation per candidate)
+SIM_TRACKS = 256                 # albums beyond this many tracks keep the estimate's choice and no AR window
+SIM_BAND = 0.10                  # assignments within this much of the best estimate are simulated to choose one
+SIM_CANDIDATES = 64              # at most this many, the first by the estimate's order
 LOCAL_SEARCH_EVALUATIONS = 1500   # cap on one-card moves tried by the flow method (keeps 1,000 cards in seconds)
 
 
@@ -86,8 +94,9 @@ def _plan_format(inventory: list[GpuDevice], workload: list[TrackShape], options
     if p.exact_size() > p.options.exact_limit:
         best, tried, note = _flow(p)
         return _assemble(p, best, "flow", tried, note)
-    best, tried = _exact(p)
-    return _assemble(p, best, "cpu" if p.cpu else "exact", tried)
+    band, tried = _exact(p)
+    best, chosen_by = _simulated_choice(p, band)
+    return _assemble(p, best, "cpu" if p.cpu else "exact", tried, chosen_by=chosen_by)
 
 
 def exhaustive_plan(inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions | None = None,
@@ -100,27 +109,17 @@ def exhaustive_plan(inventory: list[GpuDevice], workload: list[TrackShape], opti
     size = math.prod(len(choices) for _, choices in cards)
     if size > limit:
         raise ValueError(f"exhaustive search over {size} assignments exceeds the limit of {limit}")
-    best, kinds, seen = None, [k for k, _ in cards], set()
+    kinds, seen = [k for k, _ in cards], set()
     for combo in itertools.product(*(choices for _, choices in cards)):
         picked = tuple(sorted((k, r) for k, r in zip(kinds, combo) if r >= 0))
-        if picked in seen:      # the same multiset of (class, role) as an earlier combination: same estimate
-            continue
-        seen.add(picked)
-        counts = Counter(picked)
-        best = _better(p, tuple((k, r, n) for (k, r), n in sorted(counts.items())), best)
-    return _assemble(p, best, "exhaustive", size)
+        seen.add(tuple((k, r, n) for (k, r), n in sorted(Counter(picked).items())))   # a multiset: one estimate
+    best, chosen_by = _simulated_choice(p, _band(p, seen))
+    return _assemble(p, best, "exhaustive", size, chosen_by=chosen_by)
 
 
-def _better(p: _Problem, assignment: Assignment, best: Assignment | None) -> Assignment:
-    """The better of two assignments; skips the estimate when a cheap bound shows it cannot win."""
-    if best is not None:   # skip when even the bound lands in a later makespan step than the best's
-        edge = math.exp((p.key(best)[0] + 1) * MAKESPAN_STEP)
-        if p.evaluate.lower_bound(assignment) >= edge * (1 + 1e-12):
-            return best
-    return assignment if best is None or p.key(assignment) < p.key(best) else best
-
-
-def _exact(p: _Problem) -> tuple[Assignment, int]:
+def _exact(p: _Problem) -> tuple[list[Assignment], int]:
+    """Every multiset of roles per class; the band of the best estimate (`_band`), evaluated only where a cheap
+    bound does not already put an assignment beyond the band of the best so far."""
     per_class = []
     for k, cls in enumerate(p.classes):
         options = []
@@ -128,11 +127,61 @@ def _exact(p: _Problem) -> tuple[Assignment, int]:
             counts = Counter(r for r in combo if r >= 0)
             options.append(tuple((k, r, n) for r, n in sorted(counts.items())))
         per_class.append(options)
-    best, tried = None, 0
+    kept, best, tried = [], math.inf, 0
     for parts in itertools.product(*per_class):
         tried += 1
-        best = _better(p, tuple(sorted(x for part in parts for x in part)), best)
-    return best, tried
+        assignment = tuple(sorted(x for part in parts for x in part))
+        if kept and p.evaluate.lower_bound(assignment) > _band_edge(best):
+            continue
+        kept.append(assignment)
+        best = min(best, p.evaluate(assignment).makespan)
+    return _band(p, kept), tried
+
+
+def _band_edge(best: float) -> float:
+    """The largest estimate inside the band of `best`: SIM_BAND above it, to the end of that makespan step."""
+    if math.isinf(best):
+        return math.inf
+    return math.exp((math.floor(math.log(max(best * (1 + SIM_BAND), 1e-9)) / MAKESPAN_STEP) + 1) * MAKESPAN_STEP)
+
+
+def _band(p: _Problem, assignments) -> list[Assignment]:
+    """The assignments whose estimate lies within SIM_BAND of the best one (at least the best), in the estimate's
+    order of preference (`_Problem.key`); only the best when nothing can run (every estimate infinite)."""
+    ranked = sorted(assignments, key=p.key)
+    best = p.evaluate(ranked[0]).makespan
+    if math.isinf(best):
+        return ranked[:1]
+    return [a for a in ranked if p.evaluate(a).makespan < _band_edge(best)]
+
+
+def _simulated_choice(p: _Problem, band: list[Assignment]) -> tuple[Assignment, str]:
+    """The band's assignment (its first SIM_CANDIDATES) with the shortest simulated makespan, in 0.5 % steps, the
+    estimate's order among equals; and the reason line. The band's first alone beyond SIM_TRACKS tracks."""
+    from .simulate import SimOptions, simulate
+
+    if len(band) < 2 or len(p.tracks) > SIM_TRACKS:
+        return band[0], ""
+    quiet, spans = SimOptions(record_jobs=False), {}
+    for assignment in band[:SIM_CANDIDATES]:
+        trial = _assemble(p, assignment, "", 0, window=False)
+        if trial.runnable:
+            spans[assignment] = simulate(trial, p.devices, p.tracks, p.options, quiet).makespan_s
+    if not spans:
+        return band[0], ""
+    step = lambda a: math.floor(math.log(max(spans[a], 1e-9)) / MAKESPAN_STEP)
+    chosen = min(spans, key=lambda a: (step(a), band.index(a)))
+    line = (f"simulated the {len(spans)} assignment(s) whose estimate lies within {SIM_BAND:.0%} of the best "
+            f"(the estimate does not see how tracks split between AR cards): this one {spans[chosen]:,.1f} s")
+    first = next(iter(spans))
+    if chosen != first:
+        line += f", the estimate's first choice ({_roles_text(p, first)}) {spans[first]:,.1f} s"
+    return chosen, line
+
+
+def _roles_text(p: _Problem, assignment: Assignment) -> str:
+    return "; ".join(f"{n} x {p.classes[k].device.spec().model}: {'+'.join(p.classes[k].roles[r].stages)}"
+                     for k, r, n in assignment)
 
 
 def _flow(p: _Problem) -> tuple[Assignment, int, str]:
@@ -229,7 +278,10 @@ def _move(assignment: Assignment, k: int, src: int, dst: int, size: int) -> Assi
     return tuple(sorted((kk, r, c) for (kk, r), c in moved.items() if c > 0 and r >= 0))
 
 
-def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note: str = "") -> Plan:
+def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note: str = "", chosen_by: str = "",
+              window: bool = True) -> Plan:
+    """The plan for `assignment`, its reasons (with `note` for the search and `chosen_by` for the choice) and, with
+    `window`, the AR window the simulator finds fastest."""
     est = p.evaluate(assignment) if p.stages else Estimate(float("inf"), 0.0, (), {}, {}, {}, 0, 0)
     hosted = {s for k, r, _ in assignment for s in p.classes[k].roles[r].stages}
     apart = tuple(s for s in p.stages if s not in hosted)   # fit some card alone, but not next to the others
@@ -242,10 +294,11 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
                 cards=tuple(cards), stages=_stage_summaries(p, est, workers, apart), bottleneck=bottleneck,
                 makespan_s=est.makespan if runnable else None, throughput_tracks_s=est.throughput if runnable else 0.0,
                 one_track_s=sum(est.latency.values()) if runnable else None, unrunnable=missing,
-                refusals=_refusals(p), reasons=tuple(_reasons(p, est, workers, method, tried, note, apart)),
+                refusals=_refusals(p),
+                reasons=tuple(_reasons(p, est, workers, method, tried, note, apart) + [chosen_by] * bool(chosen_by)),
                 reserve_gib=p.options.reserve_gib, shared_process=p.options.shared_process,
                 ar_format=p.options.model.ar_format, kv_format=p.options.model.kv_format)
-    return _ar_window(p, plan)
+    return _ar_window(p, plan) if window else plan
 
 
 def _ar_window(p: _Problem, plan: Plan) -> Plan:
@@ -253,12 +306,12 @@ def _ar_window(p: _Problem, plan: Plan) -> Plan:
     album, among a few fractions of the AR slots; no cap unless one wins by more than WINDOW_GAIN. A cap makes the
     first tracks reach acoustic sooner, so acoustic runs beside the AR work instead of after all of it, but fewer
     tracks share each AR step; which wins depends on the cards and the tracks, so it is measured, not guessed.
-    Skipped beyond WINDOW_SIM_TRACKS tracks (a simulation per candidate) and where the AR and later stages never
+    Skipped beyond SIM_TRACKS tracks (a simulation per candidate) and where the AR and later stages never
     share a card (nothing to overlap)."""
     from .simulate import SimOptions, simulate
 
     overlap = any(len({s in AR_STAGES for s in c.stages}) == 2 for c in plan.cards)
-    if not plan.runnable or not overlap or plan.tracks > WINDOW_SIM_TRACKS:
+    if not plan.runnable or not overlap or plan.tracks > SIM_TRACKS:
         return plan
     slots = min(sum(w.batch for w in plan.workers if w.stage == s) for s in AR_STAGES)
     windows = sorted({max(1, round(slots * f)) for f in WINDOW_FRACTIONS})

@@ -221,19 +221,20 @@ class _Run:
             self.works[key] = track_work(self.workload[track], worker.slot.stage, self.options.model, worker.core)
         return self.works[key]
 
-    def start(self, now: float) -> set:
-        """Dispatch what can start now; returns the cards whose work changed."""
+    def start(self, now: float) -> dict:
+        """Dispatch what can start now; returns the cards whose work changed, by key, in the actions' order (a set
+        of cards would schedule them in the order of their memory addresses, and ties in the heap would follow)."""
         actions = next_dispatch(self.state)
         apply(self.state, actions)
-        touched = set()
+        touched: dict[str, _Card] = {}
         for a in actions:
             worker = self.workers[a.worker]
             card = self.cards[worker.slot.card]
             card.advance(now)
             for track in a.tracks:
                 worker.add(track, self.work(track, worker), now)
-            touched.add(card)
-        for card in touched:
+            touched[card.key] = card
+        for card in touched.values():
             self.schedule(card, now)
         return touched
 
@@ -257,8 +258,8 @@ class _Run:
             if self.sim.record_jobs:
                 self.records.append(JobRecord(track, worker.slot.stage, worker.slot.id, worker.slot.card, job[2], now))
             finish(self.state, worker.slot.id, track)
-        touched = self.start(now) if finished else set()
-        if card not in touched:
+        touched = self.start(now) if finished else {}
+        if key not in touched:
             self.schedule(card, now)
         self.sample(now)
 

@@ -216,10 +216,12 @@ def test_simulation_is_deterministic_and_close_to_the_plan():
     p, first, _ = profile_run("h200", 12)
     _, again, _ = profile_run("h200", 12)
     assert first == again
-    # The plan's estimate is optimistic by 2-20 % on the shipped profiles (batches that thin out, time-slicing).
+    # The estimate is optimistic by 2-20 % on the shipped profiles (batches that thin out, time-slicing), but the
+    # planner takes the near-best estimate the simulator runs fastest, which it may forecast a little below its
+    # estimate (two H200s: AR tracks split between the cards, 0.98x).
     for name, tracks in (("h200", 12), ("home-lab", 12), ("h200x2", 12)):
         p, result, _ = profile_run(name, tracks)
-        assert p.makespan_s <= result.makespan_s <= 1.3 * p.makespan_s, name
+        assert 0.9 * p.makespan_s <= result.makespan_s <= 1.3 * p.makespan_s, name
 
 
 def test_simulation_refuses_a_plan_that_cannot_run():
