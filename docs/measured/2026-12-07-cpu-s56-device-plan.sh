@@ -10,9 +10,14 @@
 #                 both sides (~8 min); the FP8-KV album's keys date from 2026-12-01
 #   step fa4a / album12 (carries [".fa4a"] then [".fa4b"]) the s53 plan's album12: the headline album with FA4 and
 #                 its start keys, then the reference track (~6 min)
+#   step album-2gpu (carry [".carry"], the prefix and init-checkpoint; only where nvidia-h200-x2 is lent) the card
+#                 pair's names, the plan the planner now makes for 12 reference tracks (since s56 it simulates the
+#                 near-best placements: all four stages on both cards, 50.6 s forecast, against 62.6 s for the
+#                 estimate's old choice), then `farm bench album --tracks 12 --no-sequential` over both cards with
+#                 its Gantt chart (~5 min; `album12_2gpu_s` is still the 2026-11-30 figure, 75.8 s)
 # The s53 plan names its logs s53-*; they come back renamed s56-*.
 set -u
-step=${1:?step: quant, kv-album, fa4a or album12}
+step=${1:?step: quant, kv-album, fa4a, album12 or album-2gpu}
 m=docs/measured
 export TRITON_CACHE_DIR=/tmp/s56-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/s56-caches/inductor
 
@@ -38,6 +43,14 @@ quant)
         --json "$OUT/s56-bench-song-fp8.json" --summary "$OUT/s56-summary-song-fp8.json" \
         > "$OUT/s56-bench-song-fp8.log" 2>&1
     echo "rc $?" >> "$OUT/s56-bench-song-fp8.log"
+    ;;
+album-2gpu)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/s56-machine-2gpu.txt" 2>&1
+    python3 -m farm plan --tracks 12 > "$OUT/s56-plan-2gpu.txt" 2>&1
+    timeout 420 python3 -m farm bench album --model out/ck --tracks 12 --no-sequential \
+        --gantt "$OUT/s56-album12-2gpu-gantt.png" --json "$OUT/s56-album12-2gpu.json" \
+        --summary "$OUT/s56-summary-album-2gpu.json" > "$OUT/s56-album12-2gpu.log" 2>&1
+    echo "rc $?" >> "$OUT/s56-album12-2gpu.log"
     ;;
 fa4a)
     cp .fa4a/part_a out/
