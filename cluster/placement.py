@@ -12,12 +12,13 @@ Search. Identical cards form a class, so an assignment is "how many cards of eac
   the fractional remainders where memory allows; then moves of one card or a quarter of a group while they help.
 Preference: makespans within 0.5 % of each other count as equal, and then fewer workers win (each is an engine to
 load; a standby worker that shaves a fraction of a percent is not worth its memory).
-Choice (exact search): the estimate compares plans in steady state, and does not see how a burst of tracks splits
-between several AR cards or how a card time-slices its stages, so on two H200s it gave every placement the same
-makespan and chose one the simulator puts 19 % behind the best. So every assignment whose estimate lies within
-SIM_BAND of the best one is run through the simulator (the farm's own dispatch rule, simulate.py), and the
-shortest simulated makespan wins, with the same preference (0.5 % steps, then the estimate's order). The flow
-method (large clusters) keeps the estimate's choice: there a simulation per candidate costs too much.
+Choice: the estimate compares plans in steady state, and does not see how a burst of tracks splits between several
+AR cards or how a card time-slices its stages, so on two H200s it gave every placement the same makespan and chose
+one the simulator puts 19 % behind the best. So the exact search runs every assignment whose estimate lies within
+SIM_BAND of the best one through the simulator (the farm's own dispatch rule, simulate.py), and the shortest
+simulated makespan wins, with the same preference (0.5 % steps, then the estimate's order). The flow method walks
+from its choice by one-card moves that stay in that band, a round of simulations at a time. Albums of more than
+SIM_TRACKS tracks keep the estimate's choice.
 With no GPU at all, the same search runs on the CPU pseudo-card ("cpu" method): the farm runs the tiny model there.
 """
 from __future__ import annotations
@@ -41,6 +42,7 @@ WINDOW_GAIN = 0.01               # a window must beat no window by this much in 
 SIM_TRACKS = 256                 # albums beyond this many tracks keep the estimate's choice and no AR window
 SIM_BAND = 0.10                  # assignments within this much of the best estimate are simulated to choose one
 SIM_CANDIDATES = 64              # at most this many, the first by the estimate's order
+SIM_ROUNDS = 2                   # the flow method's simulated one-card moves: at most this many rounds
 LOCAL_SEARCH_EVALUATIONS = 1500   # cap on one-card moves tried by the flow method (keeps 1,000 cards in seconds)
 
 
@@ -93,7 +95,8 @@ def _plan_format(inventory: list[GpuDevice], workload: list[TrackShape], options
         return _assemble(p, (), "none", 0)
     if p.exact_size() > p.options.exact_limit:
         best, tried, note = _flow(p)
-        return _assemble(p, best, "flow", tried, note)
+        best, chosen_by = _simulated_walk(p, best)
+        return _assemble(p, best, "flow", tried, note, chosen_by=chosen_by)
     band, tried = _exact(p)
     best, chosen_by = _simulated_choice(p, band)
     return _assemble(p, best, "cpu" if p.cpu else "exact", tried, chosen_by=chosen_by)
@@ -156,27 +159,52 @@ def _band(p: _Problem, assignments) -> list[Assignment]:
 
 
 def _simulated_choice(p: _Problem, band: list[Assignment]) -> tuple[Assignment, str]:
-    """The band's assignment (its first SIM_CANDIDATES) with the shortest simulated makespan, in 0.5 % steps, the
-    estimate's order among equals; and the reason line. The band's first alone beyond SIM_TRACKS tracks."""
-    from .simulate import SimOptions, simulate
-
+    """The band's assignment (its first SIM_CANDIDATES) with the shortest simulated makespan (`_fastest`), and the
+    reason line. The band's first alone beyond SIM_TRACKS tracks."""
     if len(band) < 2 or len(p.tracks) > SIM_TRACKS:
         return band[0], ""
-    quiet, spans = SimOptions(record_jobs=False), {}
-    for assignment in band[:SIM_CANDIDATES]:
-        trial = _assemble(p, assignment, "", 0, window=False)
-        if trial.runnable:
-            spans[assignment] = simulate(trial, p.devices, p.tracks, p.options, quiet).makespan_s
-    if not spans:
-        return band[0], ""
-    step = lambda a: math.floor(math.log(max(spans[a], 1e-9)) / MAKESPAN_STEP)
-    chosen = min(spans, key=lambda a: (step(a), band.index(a)))
-    line = (f"simulated the {len(spans)} assignment(s) whose estimate lies within {SIM_BAND:.0%} of the best "
-            f"(the estimate does not see how tracks split between AR cards): this one {spans[chosen]:,.1f} s")
-    first = next(iter(spans))
+    spans: dict = {}
+    chosen = _fastest(p, band[:SIM_CANDIDATES], spans)
+    return chosen, _simulated_line(p, band[0], chosen, spans, f"the {len(spans)} assignment(s) whose estimate lies "
+                                   f"within {SIM_BAND:.0%} of the best")
+
+
+def _simulated_walk(p: _Problem, start: Assignment) -> tuple[Assignment, str]:
+    """The flow method's choice, then while it gains: its one-card moves whose estimate stays within SIM_BAND of the
+    start's, SIM_CANDIDATES at most a round, SIM_ROUNDS rounds, the fastest simulated taken (`_fastest`)."""
+    if len(p.tracks) > SIM_TRACKS:
+        return start, ""
+    edge, current, spans = _band_edge(p.evaluate(start).makespan), start, {}
+    for _ in range(SIM_ROUNDS):
+        near = sorted({a for a in _moves(p, current, one_card=True) if p.evaluate(a).makespan < edge}, key=p.key)
+        chosen = _fastest(p, [current, *near[:SIM_CANDIDATES - 1]], spans)
+        if chosen == current:
+            break
+        current = chosen
+    return current, _simulated_line(p, start, current, spans, f"{len(spans)} assignment(s) one card away from the "
+                                    f"estimate's choice, within {SIM_BAND:.0%} of its estimate")
+
+
+def _fastest(p: _Problem, candidates: list[Assignment], spans: dict) -> Assignment:
+    """The candidate with the shortest simulated makespan in 0.5 % steps, the earliest among equals (the first
+    when none can run); `spans` keeps each assignment's simulated makespan."""
+    from .simulate import SimOptions, simulate
+
+    for assignment in candidates:
+        if assignment not in spans:
+            trial = _assemble(p, assignment, "", 0, window=False)
+            spans[assignment] = (simulate(trial, p.devices, p.tracks, p.options, SimOptions(record_jobs=False))
+                                 .makespan_s if trial.runnable else math.inf)
+    step = lambda a: math.inf if math.isinf(spans[a]) else math.floor(math.log(max(spans[a], 1e-9)) / MAKESPAN_STEP)
+    return min(candidates, key=lambda a: (step(a), candidates.index(a)))
+
+
+def _simulated_line(p: _Problem, first: Assignment, chosen: Assignment, spans: dict, which: str) -> str:
+    line = (f"simulated {which} (the estimate does not see how tracks split between AR cards): this one "
+            f"{spans[chosen]:,.1f} s")
     if chosen != first:
-        line += f", the estimate's first choice ({_roles_text(p, first)}) {spans[first]:,.1f} s"
-    return chosen, line
+        line += f", the estimate's choice ({_roles_text(p, first)}) {spans[first]:,.1f} s"
+    return line
 
 
 def _roles_text(p: _Problem, assignment: Assignment) -> str:
@@ -253,22 +281,29 @@ def _improve(p: _Problem, counts: Counter) -> tuple[Assignment, int]:
     current = tuple(sorted((k, r, n) for (k, r), n in counts.items() if n > 0))
     tried = 0
     while tried < LOCAL_SEARCH_EVALUATIONS:
-        idle = {k: cls.count - sum(n for kk, _, n in current if kk == k) for k, cls in enumerate(p.classes)}
-        sources = [(k, r, n) for k, r, n in current] + [(k, -1, n) for k, n in idle.items() if n > 0]
         best = current
-        for k, src, n in sources:
-            for size in sorted({max(1, n // 4), 1}, reverse=True):
-                for dst in [-1, *range(len(p.classes[k].roles))]:
-                    if dst == src or tried >= LOCAL_SEARCH_EVALUATIONS:
-                        continue
-                    candidate = _move(current, k, src, dst, size)
-                    tried += 1
-                    if p.key(candidate) < p.key(best):
-                        best = candidate
+        for candidate in _moves(p, current):
+            if tried >= LOCAL_SEARCH_EVALUATIONS:
+                break
+            tried += 1
+            if p.key(candidate) < p.key(best):
+                best = candidate
         if best == current:
             break
         current = best
     return current, tried
+
+
+def _moves(p: _Problem, current: Assignment, one_card: bool = False):
+    """The assignments one move away: a card, or a quarter of a group (unless `one_card`), to another role or out
+    of use, or an unused one into a role."""
+    idle = {k: cls.count - sum(n for kk, _, n in current if kk == k) for k, cls in enumerate(p.classes)}
+    sources = [(k, r, n) for k, r, n in current] + [(k, -1, n) for k, n in idle.items() if n > 0]
+    for k, src, n in sources:
+        for size in sorted({1} if one_card else {max(1, n // 4), 1}, reverse=True):
+            for dst in [-1, *range(len(p.classes[k].roles))]:
+                if dst != src:
+                    yield _move(current, k, src, dst, size)
 
 
 def _move(assignment: Assignment, k: int, src: int, dst: int, size: int) -> Assignment:

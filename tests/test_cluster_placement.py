@@ -212,9 +212,11 @@ def test_flow_method_is_close_to_exact_on_a_mid_sized_cluster():
     exact = plan(inventory, workload)
     flow = plan(inventory, workload, PlanOptions(exact_limit=0))
     assert exact.method == "exact" and flow.method == "flow"
-    # the exact search chooses by simulation among the estimate's near-best; flow keeps the estimate's choice
+    # both choose by simulation in the end: exact among the estimate's near-best (its first SIM_CANDIDATES), flow
+    # one card at a time from its own choice, which may land on one the exact search did not simulate
     exact_s, flow_s = (simulate(p, inventory, workload).makespan_s for p in (exact, flow))
-    assert exact_s <= flow_s <= 1.25 * exact_s
+    assert exact_s / 1.25 <= flow_s <= 1.25 * exact_s
+    assert any(r.startswith("simulated ") for r in flow.reasons)
 
 
 def test_a_thousand_cards_plan_in_seconds():
