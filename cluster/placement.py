@@ -200,6 +200,8 @@ def _fastest(p: _Problem, candidates: list[Assignment], spans: dict) -> Assignme
 
 
 def _simulated_line(p: _Problem, first: Assignment, chosen: Assignment, spans: dict, which: str) -> str:
+    if math.isinf(spans[chosen]):
+        return ""
     line = (f"simulated {which} (the estimate does not see how tracks split between AR cards): this one "
             f"{spans[chosen]:,.1f} s")
     if chosen != first:
