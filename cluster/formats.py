@@ -1,7 +1,7 @@
 """Which AR weight format an album's plan runs: the plans made for each allowed format, compared.
 
 Responsible for: the rule (the first allowed format — the model's own numerics — unless another shortens the
-makespan by FORMAT_GAIN) and the sentence that says why. Not responsible for: the plans (placement.py) or each
+makespan by FORMAT_GAIN; the simulator's forecast where the planner ran it, else the estimate) and the sentence that says why. Not responsible for: the plans (placement.py) or each
 format's bytes and costs (workload.py, memory.py, costs.py). One format for the whole album: a track's song then
 never depends on which card drew its tokens.
 """
@@ -25,12 +25,12 @@ def choose_format(plans: dict[str, Plan], allowed: list[str], options: PlanOptio
 def _faster(candidate: Plan, incumbent: Plan) -> bool:
     if not candidate.runnable:
         return False
-    return not incumbent.runnable or candidate.makespan_s < incumbent.makespan_s * (1 - FORMAT_GAIN)
+    return not incumbent.runnable or candidate.expected_s < incumbent.expected_s * (1 - FORMAT_GAIN)
 
 
 def _format_reason(plans: dict, chosen: str, allowed: list, options: PlanOptions) -> str:
     def span(f):
-        return f"{plans[f].makespan_s:,.1f} s" if plans[f].runnable else "cannot run"
+        return f"{plans[f].expected_s:,.1f} s" if plans[f].runnable else "cannot run"
 
     text = f"AR weights {chosen} on every AR card (KV cache {options.model.kv_format})"
     others = [f for f in allowed if f != chosen]

@@ -339,27 +339,27 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
 
 
 def _ar_window(p: _Problem, plan: Plan) -> Plan:
-    """`plan` with the cap on tracks inside the AR stages (dispatch.py) that the simulator finds fastest for this
-    album, among a few fractions of the AR slots; no cap unless one wins by more than WINDOW_GAIN. A cap makes the
-    first tracks reach acoustic sooner, so acoustic runs beside the AR work instead of after all of it, but fewer
-    tracks share each AR step; which wins depends on the cards and the tracks, so it is measured, not guessed.
-    Skipped beyond SIM_TRACKS tracks (a simulation per candidate) and where the AR and later stages never
-    share a card (nothing to overlap)."""
+    """`plan` with its simulated makespan (`forecast_s`) and the cap on tracks inside the AR stages (dispatch.py)
+    that the simulator finds fastest for this album, among a few fractions of the AR slots; no cap unless one wins
+    by more than WINDOW_GAIN. A cap makes the first tracks reach acoustic sooner, so acoustic runs beside the AR work
+    instead of after all of it, but fewer tracks share each AR step; which wins depends on the cards and the tracks,
+    so it is measured, not guessed. Nothing is simulated beyond SIM_TRACKS tracks (a simulation per candidate), and
+    no cap is tried where the AR and later stages never share a card (nothing to overlap)."""
     from .simulate import SimOptions, simulate
 
-    overlap = any(len({s in AR_STAGES for s in c.stages}) == 2 for c in plan.cards)
-    if not plan.runnable or not overlap or plan.tracks > SIM_TRACKS:
+    if not plan.runnable or plan.tracks > SIM_TRACKS:
         return plan
+    quiet = SimOptions(record_jobs=False)
+    best = replace(plan, forecast_s=simulate(plan, p.devices, p.tracks, p.options, quiet).makespan_s)
+    if not any(len({s in AR_STAGES for s in c.stages}) == 2 for c in plan.cards):
+        return best
     slots = min(sum(w.batch for w in plan.workers if w.stage == s) for s in AR_STAGES)
     windows = sorted({max(1, round(slots * f)) for f in WINDOW_FRACTIONS})
-    quiet = SimOptions(record_jobs=False)
-    uncapped = simulate(plan, p.devices, p.tracks, p.options, quiet).makespan_s
-    best, best_s = plan, uncapped * (1 - WINDOW_GAIN)
+    bar = best.forecast_s * (1 - WINDOW_GAIN)
     for window in (w for w in windows if w < min(slots, plan.tracks)):
-        trial = replace(plan, ar_window=window)
-        span = simulate(trial, p.devices, p.tracks, p.options, quiet).makespan_s
-        if span < best_s:
-            best, best_s = trial, span
+        span = simulate(replace(plan, ar_window=window), p.devices, p.tracks, p.options, quiet).makespan_s
+        if span < bar:
+            best, bar = replace(plan, ar_window=window, forecast_s=span), span
     return best
 
 
@@ -454,7 +454,7 @@ def _reasons(p: _Problem, est: Estimate, workers: list[Worker], method: str, tri
     if p.stages and not p.unrunnable and not apart:
         b = max(p.stages, key=lambda s: est.load[s])
         lines.append(f"shares split each card's time so every stage sustains {est.throughput * 3600:,.1f} tracks/h "
-                     f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan {est.makespan:,.1f} s: the "
+                     f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan estimate {est.makespan:,.1f} s: the "
                      f"larger of the pipeline (one track alone {sum(est.latency.values()):,.1f} s, then the rest) "
                      f"and the busiest card's work")
     return lines

@@ -82,6 +82,13 @@ class Plan:
     ar_window: int | None = None   # most tracks inside the AR stages at once (dispatch.py); None: no cap
     ar_format: str = "bf16"        # the AR step's weights on every AR card (workload.AR_FORMAT_BYTES)
     kv_format: str = "bf16"        # the AR engines' KV cache
+    forecast_s: float | None = None   # the simulator's makespan for this plan (placement.py); None: not simulated
+
+    @property
+    def expected_s(self) -> float | None:
+        """The makespan the planner goes by: the simulator's forecast where it ran, else the steady-state estimate
+        (`makespan_s`), which does not see how a burst of tracks splits between cards."""
+        return self.forecast_s if self.forecast_s is not None else self.makespan_s
 
     @property
     def runnable(self) -> bool:
@@ -101,7 +108,12 @@ class Plan:
         return data
 
     def describe(self) -> str:
-        span = "cannot run" if self.makespan_s is None else f"{self.makespan_s:,.1f} s"
+        if self.makespan_s is None:
+            span = "cannot run"
+        elif self.forecast_s is None:
+            span = f"{self.makespan_s:,.1f} s (steady-state estimate)"
+        else:
+            span = f"{self.forecast_s:,.1f} s (simulated; steady-state estimate {self.makespan_s:,.1f} s)"
         lines = [f"Plan: {self.tracks} track(s), {self.audio_seconds / 60:.1f} min of audio, model {self.model}; "
                  f"method {self.method} ({self.assignments_tried} assignment(s) evaluated); makespan {span}"]
         if self.bottleneck:

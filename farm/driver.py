@@ -179,7 +179,7 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
         planned = todo if opts.only is not None and todo else jobs
         plan = deploy.plan_for(runtime, planned, ckpt, exact=opts.exact, pins=opts.pins, formats=formats)
         if opts.ar_window is not None:
-            plan = replace(plan, ar_window=opts.ar_window or None)
+            plan = replace(plan, ar_window=opts.ar_window or None, forecast_s=None)   # forecast below
         print(deploy.describe(plan), flush=True)
         logs.log.info("%s", deploy.describe(plan))
         predicted = deploy.forecast(runtime, todo, ckpt, plan, opts.exact, formats) if todo else None
