@@ -75,17 +75,20 @@ class _Problem:
 
 def plan(inventory: list[GpuDevice], workload: list[TrackShape], options: PlanOptions | None = None) -> Plan:
     """Place the four stages on the inventory's cards for this workload (see the module docstring), for each AR
-    weight format the options allow; the first allowed format wins unless another is FORMAT_GAIN faster. The
-    format is one for the whole album, so a track's song never depends on which card drew its tokens
+    weight format and KV cache the options allow; the first pair wins unless another is FORMAT_GAIN faster. The
+    formats are one for the whole album, so a track's song never depends on which card drew its tokens
     (formats.py)."""
     options = options or PlanOptions()
     allowed = [f for f in options.ar_formats if f not in options.forbidden_formats]
     if not allowed:
         raise ValueError(f"AR weights: the album allows {', '.join(options.ar_formats)} and the cluster profile "
                          f"forbids {', '.join(options.forbidden_formats)}: no format is left")
-    plans = {f: _plan_format(inventory, workload, replace(options, model=options.model.with_formats(f)))
-             for f in allowed}
-    chosen, reason = choose_format(plans, allowed, options)
+    # nearest the model's own numerics first (docs/benchmarks.md: an FP8 KV cache moves the tokens' distributions
+    # less than FP8 weights, and those less than NVFP4)
+    pairs = [(f, kv) for f in allowed for kv in options.kv_formats or (options.model.kv_format,)]
+    plans = {pair: _plan_format(inventory, workload, replace(options, model=options.model.with_formats(*pair)))
+             for pair in pairs}
+    chosen, reason = choose_format(plans, pairs, options)
     return replace(plans[chosen], reasons=plans[chosen].reasons + (reason,))
 
 

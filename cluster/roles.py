@@ -33,9 +33,11 @@ class PlanOptions:
     exact_limit: int = 65536          # exact search up to this many assignments (16^4: any 4 cards are exact)
     cpu_threads: int = 2              # the CPU fallback's threads when the inventory has no GPU
     # The AR weight formats the plan may choose among (placement.plan: the first unless another is FORMAT_GAIN
-    # faster), and those the cluster's profile forbids. `model.kv_format` is the album's KV cache.
+    # faster), and those the cluster's profile forbids. `model.kv_format` is the album's KV cache, unless
+    # `kv_formats` names several for the plan to choose among the same way (every weight format with each).
     ar_formats: tuple[str, ...] = ("bf16",)
     forbidden_formats: tuple[str, ...] = ()
+    kv_formats: tuple[str, ...] = ()
 
     @classmethod
     def for_profile(cls, profile, **overrides) -> PlanOptions:

@@ -78,8 +78,8 @@ class SimResult:
 
     def describe(self) -> str:
         pred = "-" if self.predicted_s is None else f"{self.predicted_s:,.1f} s"
-        lines = [f"Simulated {self.tracks} track(s): makespan {self.makespan_s:,.1f} s (plan predicted {pred}; "
-                 f"lower bound {self.bound_s:,.1f} s; {self.events} events)", "",
+        lines = [f"Simulated {self.tracks} track(s): makespan {self.makespan_s:,.1f} s (the plan's steady-state "
+                 f"estimate {pred}; lower bound {self.bound_s:,.1f} s; {self.events} events)", "",
                  table(["stage", "jobs", "card s", "mean queue", "max queue"],
                        [[s.stage, s.jobs, s.card_seconds, s.mean_queue, s.max_queue] for s in self.stages]), "",
                  table(["card", "model", "busy s", "utilisation"], self._card_rows())]

@@ -56,7 +56,8 @@ def estimated_prompt_tokens(track) -> int:
 
 def format_options(album: Path | None, ar_format: str | None, kv_cache: str | None) -> dict:
     """PlanOptions fields for the AR formats: `ar_format` "auto" lets the planner choose among bf16, fp8 and
-    nvfp4 (advice: a render runs the format it is given); None takes the album's (else bf16); likewise the KV cache."""
+    nvfp4 (advice: a render runs the format it is given); None takes the album's (else bf16); likewise the KV cache
+    (its "auto": bf16 or fp8)."""
     from stages.kv_cache import KV_FORMATS
     from stages.quant import FORMATS
 
@@ -69,10 +70,11 @@ def format_options(album: Path | None, ar_format: str | None, kv_cache: str | No
     kv_cache = kv_cache or (spec and spec.kv_cache) or "bf16"
     if ar_format != "auto" and ar_format not in FORMATS:
         raise UserError(f"--ar-format: expected auto or one of {', '.join(FORMATS)}, got {ar_format!r}")
-    if kv_cache not in KV_FORMATS:
-        raise UserError(f"--kv-cache: expected one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")
+    if kv_cache != "auto" and kv_cache not in KV_FORMATS:
+        raise UserError(f"--kv-cache: expected auto or one of {', '.join(KV_FORMATS)}, got {kv_cache!r}")
     return {"ar_formats": tuple(FORMATS) if ar_format == "auto" else (ar_format,),
-            "model": ModelShape.yue2_3b().with_formats(kv_format=kv_cache)}
+            "kv_formats": tuple(KV_FORMATS) if kv_cache == "auto" else (),
+            "model": ModelShape.yue2_3b().with_formats(kv_format=None if kv_cache == "auto" else kv_cache)}
 
 
 def plan_command(profile_path: Path | None, album: Path | None, tracks: int | None, seed: int, mean_seconds: float,
@@ -101,7 +103,7 @@ def simulate_command(profile_path: Path | None, album: Path | None, tracks: int 
         chosen = plan(inventory, workload, options)
     except ValueError as exc:
         raise UserError(f"{profile_path or 'this host'}: {exc}") from None
-    options = replace(options, model=options.model.with_formats(chosen.ar_format))
+    options = replace(options, model=options.model.with_formats(chosen.ar_format, chosen.kv_format))
     if not chosen.runnable:
         raise UserError(f"the plan cannot run stage(s) {', '.join(chosen.unrunnable)}:\n{chosen.describe()}")
     result = simulate(chosen, inventory, workload, options)

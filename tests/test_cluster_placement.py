@@ -265,6 +265,27 @@ def test_nvfp4_is_chosen_on_a_bandwidth_poor_card_when_allowed():
     assert without.ar_format == "fp8" and "profile forbids nvfp4" in without.reasons[-1]
 
 
+def test_the_kv_cache_is_chosen_like_the_weights_where_it_pays():
+    """`kv_formats` lets the plan choose the KV cache the same way as the weights (5 % on the forecast): with the
+    shipped calibrations an H100, where an FP8 KV byte costs 1.34 BF16 bytes' time, takes the FP8 cache for 12
+    tracks; an H200, where it costs 1.65, keeps BF16. The reasons name both forecasts."""
+    from cluster.calibration import shipped_calibrations
+
+    tracks = album_tracks(12, seed=0)
+    both = PlanOptions(calibrations=shipped_calibrations(), kv_formats=("bf16", "fp8"))
+    chosen = {g: plan(cards(g), tracks, both) for g in ("H100 SXM", "H200")}
+    alone = {(g, kv): plan(cards(g), tracks, dataclasses.replace(both, kv_formats=(), model=ModelShape.yue2_3b()
+                                                                 .with_formats(kv_format=kv))).expected_s
+             for g in ("H100 SXM", "H200") for kv in ("bf16", "fp8")}
+    assert chosen["H100 SXM"].kv_format == "fp8" and chosen["H200"].kv_format == "bf16"
+    assert chosen["H100 SXM"].expected_s == alone[("H100 SXM", "fp8")] < 0.95 * alone[("H100 SXM", "bf16")]
+    assert 0.95 * alone[("H200", "bf16")] <= alone[("H200", "fp8")] < alone[("H200", "bf16")]
+    why = chosen["H100 SXM"].reasons[-1]
+    assert "(KV cache fp8)" in why and "in bf16 with bf16 KV" in why
+    assert "another pair must be 5% faster" in chosen["H200"].reasons[-1]
+    assert "KV cache fp8" in chosen["H100 SXM"].describe().splitlines()[1]
+
+
 def test_a_profile_forbids_a_format(tmp_path):
     text = ('name = "desk"\nforbid_ar_formats = ["fp8"]\n[[nodes]]\nname = "desk"\ncpus = 8\n'
             'gpus = ["RTX 5060 Ti"]\n')
@@ -319,3 +340,6 @@ def test_farm_plan_advises_a_format_and_takes_the_albums(tmp_path):
     assert given.exit_code == 0, given.output
     data = json.loads(given.output)
     assert data["ar_format"] == "fp8" and data["kv_format"] == "fp8"
+    kv = CliRunner().invoke(app, ["plan", "--cluster", one_node, "--tracks", "12", "--kv-cache", "auto"])
+    assert kv.exit_code == 0, kv.output
+    assert "AR weights bf16 on every AR card (KV cache fp8)" in kv.output and "in bf16 with bf16 KV" in kv.output

@@ -8,7 +8,7 @@ import typer
 
 from cluster.workload import LONGEST_SECONDS, REFERENCE_SECONDS, SHORTEST_SECONDS
 
-from .common import AR_FORMATS, KvFormat, OutputOpt, _as_json, app, guarded, one_of, writable_file
+from .common import AR_FORMATS, KV_FORMATS, OutputOpt, _as_json, app, guarded, one_of, writable_file
 
 
 @app.command()
@@ -33,8 +33,10 @@ MeanSecondsOpt = Annotated[float, typer.Option(help="Mean song length for --trac
 PlanArFormatOpt = Annotated[one_of(*AR_FORMATS, "auto") | None, typer.Option(
     "--ar-format", help="The AR weights to plan for: bf16, fp8, nvfp4 or auto (the planner picks the fastest for these "
                         "cards; a render runs the one it is given). Default: the album's ar_format, else bf16.")]
-PlanKvOpt = Annotated[KvFormat | None, typer.Option("--kv-cache", help="The AR KV cache to plan for: bf16 or fp8 "
-                                                    "(default: the album's kv_cache, else bf16).")]
+PlanKvOpt = Annotated[one_of(*KV_FORMATS, "auto") | None, typer.Option(
+    "--kv-cache", help="The AR KV cache to plan for: bf16, fp8 or auto (the planner picks the faster for these cards, "
+                       "with the weights; a render runs the one it is given). Default: the album's kv_cache, else "
+                       "bf16.")]
 
 
 @app.command()
