@@ -11,6 +11,7 @@ deciding anything (placement.py). Standard library only; `pynvml` (from nvidia-m
 from __future__ import annotations
 
 import dataclasses
+import functools
 import re
 from dataclasses import dataclass
 
@@ -138,6 +139,7 @@ def _matches(tokens: frozenset[str], model: str) -> bool:
     return any(req <= tokens and tokens <= req | optional for req in required)
 
 
+@functools.cache   # the catalogue is fixed, and the planner's simulations ask for every card's spec at each event
 def lookup(name: str) -> GpuSpec | None:
     """The catalogue entry for a model or NVML device name, or None when unknown or ambiguous (never a guess)."""
     tokens = _tokens(name)

@@ -34,6 +34,7 @@ from .gpus import GpuDevice
 from .lp import maximize
 from .plans import CardUse, Plan, Refusal, StageSummary, Worker
 from .roles import CardClass, PlanOptions, build_classes, inventory_or_cpu, relaxed_role
+from .simulate import SimOptions, simulate
 from .workload import AR_STAGES, STAGES, TrackShape, check_track
 
 MAKESPAN_STEP = math.log(1.005)  # makespans within the same 0.5 % step count as equal; then fewer workers win
@@ -42,8 +43,9 @@ WINDOW_GAIN = 0.01               # a window must beat no window by this much in 
 SIM_TRACKS = 256                 # albums beyond this many tracks keep the estimate's choice and no AR window
 SIM_BAND = 0.10                  # assignments within this much of the best estimate are simulated to choose one
 SIM_CANDIDATES = 64              # at most this many, the first by the estimate's order
-SIM_ROUNDS = 2                   # the flow method's simulated one-card moves: at most this many rounds
+SIM_ROUNDS = 4                   # the flow method's simulated one-card moves: at most this many rounds
 LOCAL_SEARCH_EVALUATIONS = 1500   # cap on one-card moves tried by the flow method (keeps 1,000 cards in seconds)
+QUIET = SimOptions(record_jobs=False, lower_bound=False)   # the planner's simulations: the makespan only
 
 
 class _Problem:
@@ -191,13 +193,11 @@ def _simulated_walk(p: _Problem, start: Assignment) -> tuple[Assignment, str]:
 def _fastest(p: _Problem, candidates: list[Assignment], spans: dict) -> Assignment:
     """The candidate with the shortest simulated makespan in 0.5 % steps, the earliest among equals (the first
     when none can run); `spans` keeps each assignment's simulated makespan."""
-    from .simulate import SimOptions, simulate
-
     for assignment in candidates:
         if assignment not in spans:
-            trial = _assemble(p, assignment, "", 0, window=False)
-            spans[assignment] = (simulate(trial, p.devices, p.tracks, p.options, SimOptions(record_jobs=False))
-                                 .makespan_s if trial.runnable else math.inf)
+            trial = _assemble(p, assignment, "", 0, window=False, reasons=False)
+            spans[assignment] = (simulate(trial, p.devices, p.tracks, p.options, QUIET).makespan_s
+                                 if trial.runnable else math.inf)
     step = lambda a: math.inf if math.isinf(spans[a]) else math.floor(math.log(max(spans[a], 1e-9)) / MAKESPAN_STEP)
     return min(candidates, key=lambda a: (step(a), candidates.index(a)))
 
@@ -319,9 +319,9 @@ def _move(assignment: Assignment, k: int, src: int, dst: int, size: int) -> Assi
 
 
 def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note: str = "", chosen_by: str = "",
-              window: bool = True) -> Plan:
-    """The plan for `assignment`, its reasons (with `note` for the search and `chosen_by` for the choice) and, with
-    `window`, the AR window the simulator finds fastest."""
+              window: bool = True, reasons: bool = True) -> Plan:
+    """The plan for `assignment`, its reasons (with `note` for the search and `chosen_by` for the choice; none
+    for a trial that is only simulated) and, with `window`, the AR window the simulator finds fastest."""
     est = p.evaluate(assignment) if p.stages else Estimate(float("inf"), 0.0, (), {}, {}, {}, 0, 0)
     hosted = {s for k, r, _ in assignment for s in p.classes[k].roles[r].stages}
     apart = tuple(s for s in p.stages if s not in hosted)   # fit some card alone, but not next to the others
@@ -335,7 +335,8 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
                 makespan_s=est.makespan if runnable else None, throughput_tracks_s=est.throughput if runnable else 0.0,
                 one_track_s=sum(est.latency.values()) if runnable else None, unrunnable=missing,
                 refusals=_refusals(p),
-                reasons=tuple(_reasons(p, est, workers, method, tried, note, apart) + [chosen_by] * bool(chosen_by)),
+                reasons=tuple(_reasons(p, est, workers, method, tried, note, apart) + [chosen_by] * bool(chosen_by))
+                if reasons else (),
                 reserve_gib=p.options.reserve_gib, shared_process=p.options.shared_process,
                 ar_format=p.options.model.ar_format, kv_format=p.options.model.kv_format)
     return _ar_window(p, plan) if window else plan
@@ -348,19 +349,16 @@ def _ar_window(p: _Problem, plan: Plan) -> Plan:
     instead of after all of it, but fewer tracks share each AR step; which wins depends on the cards and the tracks,
     so it is measured, not guessed. Nothing is simulated beyond SIM_TRACKS tracks (a simulation per candidate), and
     no cap is tried where the AR and later stages never share a card (nothing to overlap)."""
-    from .simulate import SimOptions, simulate
-
     if not plan.runnable or plan.tracks > SIM_TRACKS:
         return plan
-    quiet = SimOptions(record_jobs=False)
-    best = replace(plan, forecast_s=simulate(plan, p.devices, p.tracks, p.options, quiet).makespan_s)
+    best = replace(plan, forecast_s=simulate(plan, p.devices, p.tracks, p.options, QUIET).makespan_s)
     if not any(len({s in AR_STAGES for s in c.stages}) == 2 for c in plan.cards):
         return best
     slots = min(sum(w.batch for w in plan.workers if w.stage == s) for s in AR_STAGES)
     windows = sorted({max(1, round(slots * f)) for f in WINDOW_FRACTIONS})
     bar = best.forecast_s * (1 - WINDOW_GAIN)
     for window in (w for w in windows if w < min(slots, plan.tracks)):
-        span = simulate(replace(plan, ar_window=window), p.devices, p.tracks, p.options, quiet).makespan_s
+        span = simulate(replace(plan, ar_window=window), p.devices, p.tracks, p.options, QUIET).makespan_s
         if span < bar:
             best, bar = replace(plan, ar_window=window, forecast_s=span), span
     return best

@@ -32,6 +32,7 @@ class SimOptions:
     min_weight: float = 0.05     # weight of a worker planned at share 0 whenever it does have work
     record_jobs: bool = True
     queue_points: int = 400      # queue-length samples kept (max per time bucket)
+    lower_bound: bool = True     # compute SimResult.bound_s (the planner's trial runs need the makespan only)
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,7 @@ class SimResult:
     tracks: int
     makespan_s: float
     predicted_s: float | None    # the plan's estimate
-    bound_s: float               # a lower bound no schedule can beat (critical path; stage work over its workers)
+    bound_s: float | None        # a lower bound no schedule can beat (critical path; stage work over its workers)
     stages: tuple[StageStats, ...]
     cards: tuple[CardStats, ...]
     queue_series: tuple[tuple[float, tuple[int, ...]], ...]   # (time, ready tracks per stage)
@@ -78,8 +79,9 @@ class SimResult:
 
     def describe(self) -> str:
         pred = "-" if self.predicted_s is None else f"{self.predicted_s:,.1f} s"
+        bound = "-" if self.bound_s is None else f"{self.bound_s:,.1f} s"
         lines = [f"Simulated {self.tracks} track(s): makespan {self.makespan_s:,.1f} s (the plan's steady-state "
-                 f"estimate {pred}; lower bound {self.bound_s:,.1f} s; {self.events} events)", "",
+                 f"estimate {pred}; lower bound {bound}; {self.events} events)", "",
                  table(["stage", "jobs", "card s", "mean queue", "max queue"],
                        [[s.stage, s.jobs, s.card_seconds, s.mean_queue, s.max_queue] for s in self.stages]), "",
                  table(["card", "model", "busy s", "utilisation"], self._card_rows())]
@@ -285,9 +287,9 @@ class _Run:
                        for i, s in enumerate(STAGES))
         cards = tuple(CardStats(c.key, c.model, c.busy, c.busy / span if span else 0.0)
                       for c in sorted(self.cards.values(), key=lambda c: c.key))
-        return SimResult(len(self.workload), span, plan.makespan_s, _lower_bound(self.workers, self.workload, self.options),
-                         stages, cards, _downsample(self.samples, self.sim.queue_points), tuple(self.records),
-                         self.events)
+        bound = _lower_bound(self.workers, self.workload, self.options) if self.sim.lower_bound else None
+        return SimResult(len(self.workload), span, plan.makespan_s, bound, stages, cards,
+                         _downsample(self.samples, self.sim.queue_points), tuple(self.records), self.events)
 
 
 def _speed(device: GpuDevice, stage: str, options: PlanOptions) -> CardSpeed:
