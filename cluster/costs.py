@@ -162,10 +162,14 @@ def stage_timing(speed: CardSpeed, load: StageLoad, batch: int) -> StageTiming:
     # in one wave the batch thins out as tracks finish and the weights are streamed for the longest track.
     shared = load.max_tokens * fixed / n if n <= batch else load.tokens / n * fixed / batch
     card = stall + load.tokens / n * per_track + shared
-    k = min(batch, n, len(load.waves) - 1)
+    return StageTiming(card, wave_seconds(speed, load, batch))
+
+
+def wave_seconds(speed: CardSpeed, load: StageLoad, batch: int) -> float:
+    """An AR stage's first wave on the full card: the first min(batch, N) tracks decoded together."""
+    k = min(batch, load.n, len(load.waves) - 1)
     flop, tokens, kv, step_flop = load.waves[k]
-    latency = flop * speed.s_per_flop + k * speed.job_overhead_s + tokens / k * step_seconds(speed, kv, step_flop, k)
-    return StageTiming(card, latency)
+    return flop * speed.s_per_flop + k * speed.job_overhead_s + tokens / k * step_seconds(speed, kv, step_flop, k)
 
 
 def lower_bound_card_seconds(speed: CardSpeed, work: Work, batch: int) -> float:

@@ -12,13 +12,13 @@ Search. Identical cards form a class, so an assignment is "how many cards of eac
   the fractional remainders where memory allows; then moves of one card or a quarter of a group while they help.
 Preference: makespans within 0.5 % of each other count as equal, and then fewer workers win (each is an engine to
 load; a standby worker that shaves a fraction of a percent is not worth its memory).
-Choice: the estimate compares plans in steady state, and does not see how a burst of tracks splits between several
-AR cards or how a card time-slices its stages, so on two H200s it gave every placement the same makespan and chose
-one the simulator puts 19 % behind the best. So the exact search runs every assignment whose estimate lies within
-SIM_BAND of the best one through the simulator (the farm's own dispatch rule, simulate.py), and the shortest
-simulated makespan wins, with the same preference (0.5 % steps, then the estimate's order). The flow method walks
-from its choice by one-card moves that stay in that band, a round of simulations at a time. Albums of more than
-SIM_TRACKS tracks keep the estimate's choice.
+Choice: the estimate compares plans in steady state, and does not see how a card time-slices its stages or how
+batches thin out (until it shared the first AR wave between cards, it gave every placement on two H200s the same
+makespan and chose one the simulator puts 19 % behind the best). So the exact search runs every assignment whose
+estimate lies within SIM_BAND of the best one through the simulator (the farm's own dispatch rule, simulate.py),
+and the shortest simulated makespan wins, with the same preference (0.5 % steps, then the estimate's order). The
+flow method walks from its choice by one-card moves that stay in that band, a round of simulations at a time.
+Albums of more than SIM_TRACKS tracks keep the estimate's choice.
 With no GPU at all, the same search runs on the CPU pseudo-card ("cpu" method): the farm runs the tiny model there.
 """
 from __future__ import annotations
@@ -205,7 +205,8 @@ def _fastest(p: _Problem, candidates: list[Assignment], spans: dict) -> Assignme
 def _simulated_line(p: _Problem, first: Assignment, chosen: Assignment, spans: dict, which: str) -> str:
     if math.isinf(spans[chosen]):
         return ""
-    line = (f"simulated {which} (the estimate does not see how tracks split between AR cards): this one "
+    line = (f"simulated {which} (the estimate is steady-state: it does not see batches thin out or a card "
+            f"time-slice its stages): this one "
             f"{spans[chosen]:,.1f} s")
     if chosen != first:
         line += f", the estimate's choice ({_roles_text(p, first)}) {spans[first]:,.1f} s"

@@ -87,7 +87,7 @@ class Plan:
     @property
     def expected_s(self) -> float | None:
         """The makespan the planner goes by: the simulator's forecast where it ran, else the steady-state estimate
-        (`makespan_s`), which does not see how a burst of tracks splits between cards."""
+        (`makespan_s`), which does not see batches thin out or a card time-slice its stages."""
         return self.forecast_s if self.forecast_s is not None else self.makespan_s
 
     @property

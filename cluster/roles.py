@@ -14,7 +14,7 @@ import itertools
 from dataclasses import dataclass, field
 
 from .calibration import Calibration, default_calibration
-from .costs import CardSpeed, StageTiming, card_speed, stage_load, stage_timing, track_work
+from .costs import CardSpeed, StageTiming, card_speed, stage_load, stage_timing, track_work, wave_seconds
 from .gpus import GpuDevice, cpu_device, decodes_on_tensor_cores
 from .memory import MemoryNeed, Peaks, card_memory, peaks, refusal, usable_gib
 from .workload import AR_STAGES, STAGES, ModelShape, TrackShape
@@ -61,9 +61,16 @@ class RoleConfig:
     # None: the hosted stages take turns on the card. Else the card hosts AR and acoustic/decode in one process,
     # which run side by side: (AR, others) times slower than alone while both are busy (Calibration.overlap).
     overlap: tuple[float, float] | None = None
+    # per hosted stage, its first wave's seconds with k = 1 ... batch tracks (AR stages; others: their latency)
+    waves: tuple[tuple[float, ...], ...] = ()
 
     def timing(self, stage: str) -> StageTiming:
         return self.timings[self.stages.index(stage)]
+
+    def wave_latency(self, stage: str, tracks: int) -> float:
+        """The stage's first wave when this card takes `tracks` of a burst (at most its batch)."""
+        waves = self.waves[self.stages.index(stage)] if self.waves else (self.timing(stage).latency,)
+        return waves[max(0, min(tracks, len(waves)) - 1)]
 
     def batch(self, stage: str) -> int:
         return self.batches[self.stages.index(stage)]
@@ -170,13 +177,15 @@ def _configure(cls: CardClass, stages: tuple[str, ...], facts: WorkloadFacts, op
     batches = {s: (batch if s in AR_STAGES else 1) for s in stages}
     memory = card_memory(batches, options.model, facts.peaks, core, options.shared_process,
                          decodes_on_tensor_cores(cls.device.spec()))
-    timings = tuple(stage_timing(cls.speeds[s], facts.loads[(s, core if s == "decode" else 0)], batches[s])
-                    for s in stages)
+    loads = {s: facts.loads[(s, core if s == "decode" else 0)] for s in stages}
+    timings = tuple(stage_timing(cls.speeds[s], loads[s], batches[s]) for s in stages)
+    waves = tuple(tuple(wave_seconds(cls.speeds[s], loads[s], k) for k in range(1, batches[s] + 1))
+                  if s in AR_STAGES and loads[s].tokens else (t.latency,) for s, t in zip(stages, timings))
     both = any(s in AR_STAGES for s in stages) and any(s not in AR_STAGES for s in stages)
     # GPU streams only: on the CPU pseudo-card the engines' threads compete for the same cores.
     side_by_side = both and options.shared_process and not cls.device.is_cpu
     overlap = options.calibration_for(cls.device).overlap if side_by_side else None
-    return RoleConfig(stages, tuple(batches[s] for s in stages), memory, timings, overlap)
+    return RoleConfig(stages, tuple(batches[s] for s in stages), memory, timings, overlap, waves)
 
 
 def _largest_batch(stages, core, cap, facts, options, cls: CardClass) -> int:
