@@ -6,9 +6,9 @@ and the album's makespan. Not responsible for: which assignments to try (placeme
 Makespan T = the larger of two estimates, each tight where the other is loose:
 - pipeline: a flow line, stage by stage in order, with L_s the first track's latency through stage s on its fastest
   host (full card, first wave of min(batch, N) tracks; an AR burst that fits several cards' slots is shared between
-  them in proportion to their speed, and L_s is the slowest card's share: `_first_wave`), W_s the tracks its hosts
-  hold at once (sum of batches) and
-  F_s its tracks/s if every host gave it the whole card. Tracks pass in whole waves of W_s, one per W_s / F_s:
+  them in proportion to their speed, and L_s is the slowest card's share where that is shorter: `_first_wave`),
+  W_s the tracks its hosts hold at once (sum of batches) and F_s its tracks/s if every host gave it the whole card.
+  Tracks pass in whole waves of W_s, one per W_s / F_s:
       span_s = L_s if N <= W_s else max(L_s, ceil(N / W_s) W_s / F_s)
       last_s = max(last_{s-1} + L_s, first_{s-1} + span_s);  first_s = first_{s-1} + L_s (one wave) or
       + max(L_s, W_s / F_s) (several: the bulk of the tracks arrives one mean cycle in)
@@ -110,7 +110,8 @@ class Evaluator:
     def _first_wave(self, stage: str, roles, counts) -> float:
         """L_s: the first wave's latency. A burst that fits the AR hosts' slots is shared between their cards in
         proportion to each card's full-card speed, at most its batch (dispatch.py), and ends with the slowest card's
-        wave; otherwise (several waves, or a batch-1 stage) the fastest host's first wave."""
+        wave, unless the fastest card's whole wave is shorter (a slow card's share delays only its own tracks, and
+        the next stages start on the others'); otherwise (several waves, a batch-1 stage) the fastest host's wave."""
         hosts = [(role, n) for role, n in zip(roles, counts) if stage in role.stages]
         fastest = min(role.timing(stage).latency for role, _ in hosts)
         if stage not in AR_STAGES or self.tracks > sum(n * role.batch(stage) for role, n in hosts):

@@ -206,8 +206,7 @@ def _simulated_line(p: _Problem, first: Assignment, chosen: Assignment, spans: d
     if math.isinf(spans[chosen]):
         return ""
     line = (f"simulated {which} (the estimate is steady-state: it does not see batches thin out or a card "
-            f"time-slice its stages): this one "
-            f"{spans[chosen]:,.1f} s")
+            f"time-slice its stages): this one {spans[chosen]:,.1f} s")
     if chosen != first:
         line += f", the estimate's choice ({_roles_text(p, first)}) {spans[first]:,.1f} s"
     return line
@@ -456,8 +455,9 @@ def _reasons(p: _Problem, est: Estimate, workers: list[Worker], method: str, tri
     if p.stages and not p.unrunnable and not apart:
         b = max(p.stages, key=lambda s: est.load[s])
         lines.append(f"shares split each card's time so every stage sustains {est.throughput * 3600:,.1f} tracks/h "
-                     f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan estimate {est.makespan:,.1f} s: the "
-                     f"larger of the pipeline (one track alone {sum(est.latency.values()):,.1f} s, then the rest) "
+                     f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan estimate "
+                     f"{est.makespan:,.1f} s: the larger of the pipeline (one track alone "
+                     f"{sum(est.latency.values()):,.1f} s, then the rest) "
                      f"and the busiest card's work")
     return lines
 
