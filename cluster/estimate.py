@@ -18,7 +18,8 @@ Makespan T = the larger of two estimates, each tight where the other is loose:
   reaches s (sum of L before s) nor after the last track must leave s for the later stages (sum of L after s):
       min T  s.t.  sum_c r_cs y_cs >= N,  sum_s y_cs <= T (weighted per kind: _card_rows),  y_cs <= T - w_s
   Solved as max theta = 1/T over shares u = y/T (all right-hand sides >= 0, so the origin is feasible).
-One track alone: sum of L_s. One shared card: about its total work. Dedicated cards: fill + N / rate + drain.
+The pipeline's fill (the first wave through every stage): sum of L_s. One shared card: about its total work.
+Dedicated cards: fill + N / rate + drain.
 The shares u are the plan's steady-state split of each card's time.
 
 Against the simulator (which runs the real dispatch rule with batches that thin out and cards time-sliced between

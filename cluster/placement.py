@@ -456,8 +456,8 @@ def _reasons(p: _Problem, est: Estimate, workers: list[Worker], method: str, tri
         b = max(p.stages, key=lambda s: est.load[s])
         lines.append(f"shares split each card's time so every stage sustains {est.throughput * 3600:,.1f} tracks/h "
                      f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan estimate "
-                     f"{est.makespan:,.1f} s: the larger of the pipeline (one track alone "
-                     f"{sum(est.latency.values()):,.1f} s, then the rest) "
+                     f"{est.makespan:,.1f} s: the larger of the pipeline (the first wave "
+                     f"through every stage {sum(est.latency.values()):,.1f} s, then the rest) "
                      f"and the busiest card's work")
     return lines
 

@@ -73,7 +73,7 @@ class Plan:
     bottleneck: str | None
     makespan_s: float | None  # None when some stage cannot run anywhere
     throughput_tracks_s: float
-    one_track_s: float | None
+    one_track_s: float | None     # the pipeline's fill: the first wave through every stage (estimate.py, L_s)
     unrunnable: tuple[str, ...]
     refusals: tuple[Refusal, ...]
     reasons: tuple[str, ...]
@@ -118,7 +118,7 @@ class Plan:
                  f"method {self.method} ({self.assignments_tried} assignment(s) evaluated); makespan {span}"]
         if self.bottleneck:
             lines.append(f"bottleneck {self.bottleneck}; steady {self.throughput_tracks_s * 3600:,.1f} tracks/h; "
-                         f"one track alone {self.one_track_s:,.1f} s"
+                         f"first wave through every stage {self.one_track_s:,.1f} s"
                          + (f"; at most {self.ar_window} tracks in AR at once" if self.ar_window else "")
                          + (f"; AR weights {self.ar_format}, KV cache {self.kv_format}"
                             if (self.ar_format, self.kv_format) != ("bf16", "bf16") else ""))
