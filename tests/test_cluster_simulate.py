@@ -222,6 +222,14 @@ def test_simulation_is_deterministic_and_close_to_the_plan():
     for name, tracks in (("h200", 12), ("home-lab", 12), ("h200x2", 12)):
         p, result, _ = profile_run(name, tracks)
         assert 0.9 * p.makespan_s <= result.makespan_s <= 1.3 * p.makespan_s, name
+        assert p.forecast_s == result.makespan_s, name   # the plan carries the simulator's own figure
+    # the planner's quiet runs: the same makespan, no lower bound computed
+    profile = load_profile(CLUSTERS / "h200x2.toml")
+    opts, inventory = PlanOptions.for_profile(profile, calibration=Calibration()), profile_inventory(profile)
+    workload = album_tracks(12, seed=11)      # profile_run's album
+    loud, quiet = (simulate(p, inventory, workload, opts, SimOptions(lower_bound=b)) for b in (True, False))
+    assert quiet.makespan_s == loud.makespan_s == result.makespan_s and loud.bound_s <= loud.makespan_s
+    assert quiet.bound_s is None and "lower bound -" in quiet.describe()
 
 
 def test_a_plan_simulates_the_same_whatever_was_allocated_before():
