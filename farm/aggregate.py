@@ -72,7 +72,8 @@ def series(rows: list[dict], t0: float, t1: float, points: int = 60) -> dict:
 
 def album_stats(rows: list[dict], *, now: float | None = None, live: dict | None = None,
                 gpu_samples: list[dict] | None = None, title: str = "", tracks: list[dict] | None = None) -> dict:
-    """Everything the dashboard and the report show, as one JSON-ready dict (schema in farm/dashboard/README)."""
+    """Everything the dashboard and the report show, as one JSON-ready dict (the keys below; the page reads them in
+    farm/dashboard/static/app.js)."""
     rows = normalise(rows)
     live = live or {}
     ok = [r for r in rows if r.get("ok", True)]
@@ -84,13 +85,16 @@ def album_stats(rows: list[dict], *, now: float | None = None, live: dict | None
     cards = card_rows(ok, span, live, gpu_samples or [])
     track_rows = timeline(rows, tracks or live.get("tracks") or [])
     done = sum(1 for t in track_rows if t["status"] == "done")
-    eta = eta_seconds(stages, track_rows)
+    eta, eta_source = eta_seconds(stages, track_rows), "observed"
+    if eta is None and live.get("forecast_s") is not None and live.get("started"):
+        # before every stage has a pace of its own: the planner's simulated makespan, less the time since the start
+        eta, eta_source = max(0.0, live["forecast_s"] - (t1 - live["started"])), "forecast"
     return {
         "album": title or live.get("album", ""), "run_id": live.get("run_id", ""),
         "state": live.get("state", "finished" if rows else "waiting"), "now": t1, "started": t0,
         "elapsed_s": span, "tracks_total": len(track_rows), "tracks_done": done,
         "stages": stages, "cards": cards, "tracks": track_rows, "series": series(ok, t0, t1),
-        "bottleneck": bottleneck(stages, cards), "eta_s": eta,
+        "bottleneck": bottleneck(stages, cards), "eta_s": eta, "eta_source": eta_source if eta is not None else None,
         "gpu_note": gpu_note(cards),
     }
 

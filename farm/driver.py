@@ -203,7 +203,7 @@ def _render(album, paths, ckpt, identity, jobs, store, opts: RenderOptions, star
             if len(done.get(job.key, {})) == len(job.stages):   # finished earlier: master it meanwhile
                 pipeline.master.submit(job.key)
         view = LiveView(store, run_id, album.title, deploy.card_facts(plan, runtime), pipeline.live_state,
-                        opts.dashboard)
+                        opts.dashboard, forecast_s=predicted)
         pipeline.view = view
         try:
             failures = pipeline.run()

@@ -23,8 +23,9 @@ LIVE = "live.json"
 
 class LiveView:
     def __init__(self, store: Store, run_id: str, title: str, cards: list[dict], state_fn,
-                 dashboard: tuple[str, int] | None = None):
+                 dashboard: tuple[str, int] | None = None, forecast_s: float | None = None):
         self.store, self.run_id, self.title, self.cards, self.state_fn = store, run_id, title, cards, state_fn
+        self.forecast_s = forecast_s     # the simulator's makespan for this render: the ETA until stages have a pace
         self.events: list[StageEvent] = []
         self.started, self.finished, self.outcome = time.time(), False, "finished"
         real = [c["uuid"] for c in cards if not c["virtual"]]
@@ -39,7 +40,7 @@ class LiveView:
 
     def live(self) -> dict:
         state = self.state_fn()
-        return {"album": self.title, "run_id": self.run_id, "started": self.started,
+        return {"album": self.title, "run_id": self.run_id, "started": self.started, "forecast_s": self.forecast_s,
                 "state": self.outcome if self.finished else "running", "cards": self.cards,
                 "gpu_samples": [vars(s) for s in self.monitor.latest()], **state}
 

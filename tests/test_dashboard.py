@@ -59,6 +59,27 @@ def test_metrics_schema_and_aggregates_match_the_raw_events(rendered):
     assert "was busy" in stats["bottleneck"]
 
 
+def test_the_eta_is_the_plans_forecast_until_every_stage_has_a_pace():
+    """Before each stage with work left has finished a call, the observed ETA has nothing to go on: the live view
+    then counts down the simulator's makespan for the render (`forecast_s`), and says so; after, the observed pace."""
+    tracks = [{"key": k, "title": k, "status": "running", "needs": ["plan", "semantic", "acoustic", "decode"]}
+              for k in ("a", "b")]
+    live = {"started": 1000.0, "forecast_s": 90.0, "tracks": tracks}
+    early = aggregate.album_stats([], now=1030.0, live=live)
+    assert early["eta_s"] == pytest.approx(60.0) and early["eta_source"] == "forecast"
+    late = aggregate.album_stats([], now=1200.0, live=live)
+    assert late["eta_s"] == 0.0 and late["eta_source"] == "forecast"     # running past the forecast
+    assert aggregate.album_stats([], now=1030.0, live={**live, "forecast_s": None})["eta_s"] is None
+    from farm.eventlog import event_rows
+    from farm.jobs import StageEvent
+
+    paced = event_rows("r", [StageEvent(track="a", stage=s, worker="w", host="h", pid=1, gpu="cpu", gpu_uuid="CPU-0",
+                                        start=1000.0 + i, end=1001.0 + i, units=1, batch=1.0, batch_shape="",
+                                        peak_bytes=0) for i, s in enumerate(("plan", "semantic", "acoustic", "decode"))])
+    observed = aggregate.album_stats(paced, now=1030.0, live=live)
+    assert observed["eta_source"] == "observed" and observed["eta_s"] is not None
+
+
 class _Html(html.parser.HTMLParser):
     def __init__(self):
         super().__init__()
