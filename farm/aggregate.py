@@ -88,7 +88,9 @@ def album_stats(rows: list[dict], *, now: float | None = None, live: dict | None
     eta, eta_source = eta_seconds(stages, track_rows), "observed"
     if eta is None and live.get("forecast_s") is not None and live.get("started"):
         # before every stage has a pace of its own: the planner's simulated makespan, less the time since the start
-        eta, eta_source = max(0.0, live["forecast_s"] - (t1 - live["started"])), "forecast"
+        # (past it, unknown: 0 would read as done)
+        left = live["forecast_s"] - (t1 - live["started"])
+        eta, eta_source = (left, "forecast") if left > 0 else (None, None)
     return {
         "album": title or live.get("album", ""), "run_id": live.get("run_id", ""),
         "state": live.get("state", "finished" if rows else "waiting"), "now": t1, "started": t0,

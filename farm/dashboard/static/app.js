@@ -21,7 +21,7 @@ function header(s) {
   document.getElementById("state").textContent = `state: ${s.state}`;
   document.getElementById("progress").textContent = `tracks: ${s.tracks_done} / ${s.tracks_total}`;
   document.getElementById("elapsed").textContent = `elapsed: ${secs(s.elapsed_s)}`;
-  const source = s.eta_source === "forecast" && s.eta_s !== 0 ? " (the plan's forecast)" : "";
+  const source = s.eta_source === "forecast" ? " (the plan's forecast)" : "";
   document.getElementById("eta").textContent = `ETA: ${s.eta_s === 0 ? "done" : secs(s.eta_s)}${source}`;
   document.getElementById("bottleneck").textContent = s.bottleneck;
   document.getElementById("gpu-note").textContent = s.gpu_note;
