@@ -63,6 +63,16 @@ class _Problem:
         self.stages = tuple(s for s in STAGES if s in hosted)
         self.unrunnable = tuple(s for s in STAGES if s not in hosted)
         self.evaluate = Evaluator(self.classes, self.stages, len(self.tracks))
+        self.spans: dict[Assignment, float] = {}    # simulated makespans without an AR window (`simulated`)
+
+    def simulated(self, assignment: Assignment) -> float:
+        """The simulator's makespan for `assignment` without an AR window (inf when it cannot run), run once: the
+        choice among candidates and the chosen plan's forecast read the same figure."""
+        if assignment not in self.spans:
+            trial = _assemble(self, assignment, "", 0, window=False, reasons=False)
+            self.spans[assignment] = (simulate(trial, self.devices, self.tracks, self.options, QUIET).makespan_s
+                                      if trial.runnable else math.inf)
+        return self.spans[assignment]
 
     def key(self, assignment: Assignment) -> tuple:
         """Order of preference: makespan in steps of MAKESPAN_STEP, then fewer workers and cards (fewer engines to
@@ -168,9 +178,9 @@ def _simulated_choice(p: _Problem, band: list[Assignment]) -> tuple[Assignment, 
     reason line. The band's first alone beyond SIM_TRACKS tracks."""
     if len(band) < 2 or len(p.tracks) > SIM_TRACKS:
         return band[0], ""
-    spans: dict = {}
-    chosen = _fastest(p, band[:SIM_CANDIDATES], spans)
-    return chosen, _simulated_line(p, band[0], chosen, spans, f"the {len(spans)} assignment(s) whose estimate lies "
+    candidates = band[:SIM_CANDIDATES]
+    chosen = _fastest(p, candidates)
+    return chosen, _simulated_line(p, band[0], chosen, f"the {len(candidates)} assignment(s) whose estimate lies "
                                    f"within {SIM_BAND:.0%} of the best")
 
 
@@ -179,36 +189,35 @@ def _simulated_walk(p: _Problem, start: Assignment) -> tuple[Assignment, str]:
     start's, SIM_CANDIDATES at most a round, SIM_ROUNDS rounds, the fastest simulated taken (`_fastest`)."""
     if len(p.tracks) > SIM_TRACKS:
         return start, ""
-    edge, current, spans = _band_edge(p.evaluate(start).makespan), start, {}
+    edge, current, tried = _band_edge(p.evaluate(start).makespan), start, set()
     for _ in range(SIM_ROUNDS):
         near = sorted({a for a in _moves(p, current, one_card=True) if p.evaluate(a).makespan < edge}, key=p.key)
-        chosen = _fastest(p, [current, *near[:SIM_CANDIDATES - 1]], spans)
+        candidates = [current, *near[:SIM_CANDIDATES - 1]]
+        tried.update(candidates)
+        chosen = _fastest(p, candidates)
         if chosen == current:
             break
         current = chosen
-    return current, _simulated_line(p, start, current, spans, f"{len(spans)} assignment(s) one card away from the "
+    return current, _simulated_line(p, start, current, f"{len(tried)} assignment(s) one card away from the "
                                     f"estimate's choice, within {SIM_BAND:.0%} of its estimate")
 
 
-def _fastest(p: _Problem, candidates: list[Assignment], spans: dict) -> Assignment:
+def _fastest(p: _Problem, candidates: list[Assignment]) -> Assignment:
     """The candidate with the shortest simulated makespan in 0.5 % steps, the earliest among equals (the first
-    when none can run); `spans` keeps each assignment's simulated makespan."""
-    for assignment in candidates:
-        if assignment not in spans:
-            trial = _assemble(p, assignment, "", 0, window=False, reasons=False)
-            spans[assignment] = (simulate(trial, p.devices, p.tracks, p.options, QUIET).makespan_s
-                                 if trial.runnable else math.inf)
-    step = lambda a: math.inf if math.isinf(spans[a]) else math.floor(math.log(max(spans[a], 1e-9)) / MAKESPAN_STEP)
+    when none can run)."""
+    def step(a):
+        span = p.simulated(a)
+        return math.inf if math.isinf(span) else math.floor(math.log(max(span, 1e-9)) / MAKESPAN_STEP)
     return min(candidates, key=lambda a: (step(a), candidates.index(a)))
 
 
-def _simulated_line(p: _Problem, first: Assignment, chosen: Assignment, spans: dict, which: str) -> str:
-    if math.isinf(spans[chosen]):
+def _simulated_line(p: _Problem, first: Assignment, chosen: Assignment, which: str) -> str:
+    if math.isinf(p.simulated(chosen)):
         return ""
     line = (f"simulated {which} (the estimate is steady-state: it does not see batches thin out or a card "
-            f"time-slice its stages): this one {spans[chosen]:,.1f} s")
+            f"time-slice its stages): this one {p.simulated(chosen):,.1f} s")
     if chosen != first:
-        line += f", the estimate's choice ({_roles_text(p, first)}) {spans[first]:,.1f} s"
+        line += f", the estimate's choice ({_roles_text(p, first)}) {p.simulated(first):,.1f} s"
     return line
 
 
@@ -339,10 +348,10 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
                 if reasons else (),
                 reserve_gib=p.options.reserve_gib, shared_process=p.options.shared_process,
                 ar_format=p.options.model.ar_format, kv_format=p.options.model.kv_format)
-    return _ar_window(p, plan) if window else plan
+    return _ar_window(p, plan, assignment) if window else plan
 
 
-def _ar_window(p: _Problem, plan: Plan) -> Plan:
+def _ar_window(p: _Problem, plan: Plan, assignment: Assignment) -> Plan:
     """`plan` with its simulated makespan (`forecast_s`) and the cap on tracks inside the AR stages (dispatch.py)
     that the simulator finds fastest for this album, among a few fractions of the AR slots; no cap unless one wins
     by more than WINDOW_GAIN. A cap makes the first tracks reach acoustic sooner, so acoustic runs beside the AR work
@@ -351,7 +360,7 @@ def _ar_window(p: _Problem, plan: Plan) -> Plan:
     no cap is tried where the AR and later stages never share a card (nothing to overlap)."""
     if not plan.runnable or plan.tracks > SIM_TRACKS:
         return plan
-    best = replace(plan, forecast_s=simulate(plan, p.devices, p.tracks, p.options, QUIET).makespan_s)
+    best = replace(plan, forecast_s=p.simulated(assignment))
     if not any(len({s in AR_STAGES for s in c.stages}) == 2 for c in plan.cards):
         return best
     slots = min(sum(w.batch for w in plan.workers if w.stage == s) for s in AR_STAGES)

@@ -2,6 +2,7 @@
 import dataclasses
 import itertools
 import json
+import math
 import pathlib
 import time
 
@@ -164,11 +165,15 @@ def test_the_estimate_shares_the_first_ar_wave_between_cards():
     chosen = plan(inventory, tracks, opts)
     assert {c.stages for c in chosen.cards} == {tuple(STAGES)}
     assert abs(chosen.makespan_s / chosen.forecast_s - 1) < 0.05
-    mixed = placement._Problem(cards("H200", "RTX 4090"), tracks, PlanOptions())
-    fast, slow = (next(role for role in cls.roles if role.stages == ("plan",)) for cls in mixed.classes)
-    first_wave = mixed.evaluate._first_wave
-    assert first_wave("plan", [fast], [1]) == fast.timing("plan").latency
-    assert first_wave("plan", [fast, slow], [1, 1]) <= fast.timing("plan").latency
+    for pair, slow_share_longer in ((("H200", "RTX 4090"), True), (("H200", "H100 SXM"), False)):
+        mixed = placement._Problem(cards(*pair), tracks, PlanOptions())
+        fast, slow = (next(role for role in cls.roles if role.stages == ("plan",)) for cls in mixed.classes)
+        rate = sum(1 / role.timing("plan").card_seconds for role in (fast, slow))
+        share = {role: math.ceil(12 / (rate * role.timing("plan").card_seconds)) for role in (fast, slow)}
+        shared = max(role.wave_latency("plan", share[role]) for role in (fast, slow))
+        assert (shared > fast.timing("plan").latency) == slow_share_longer, pair
+        assert mixed.evaluate._first_wave("plan", [fast, slow], [1, 1]) == min(shared, fast.timing("plan").latency)
+        assert mixed.evaluate._first_wave("plan", [fast], [1]) == fast.timing("plan").latency
 
 
 def test_cpu_fallback_puts_every_stage_on_the_cpu():
