@@ -1,8 +1,8 @@
 """The planner: which stages each card hosts, with shares and batches, chosen to minimise the album's makespan.
 
-Responsible for: searching assignments of roles (sets of stages) to cards and turning the best one into a `Plan`
-with reasons for every decision and refusal. Not responsible for: memory and time figures (roles.py, costs.py,
-memory.py), the objective (estimate.py), or running anything (dispatch.py, simulate.py, farm/).
+Responsible for: searching assignments of roles (sets of stages) to cards and turning the best one into a `Plan`.
+Not responsible for: memory and time figures (roles.py, costs.py, memory.py), the objective (estimate.py), the
+plan's reasons and refusals (reasons.py), or running anything (dispatch.py, simulate.py, farm/).
 
 Search. Identical cards form a class, so an assignment is "how many cards of each class take each role".
 - exact: every multiset of roles per class (plus "unused"), when there are at most options.exact_limit of them;
@@ -32,8 +32,9 @@ from .estimate import Assignment, Estimate, Evaluator
 from .formats import choose_format
 from .gpus import GpuDevice
 from .lp import maximize
-from .plans import CardUse, Plan, Refusal, StageSummary, Worker
-from .roles import CardClass, PlanOptions, build_classes, inventory_or_cpu, relaxed_role
+from .plans import CardUse, Plan, Worker
+from .reasons import plan_reasons, refusals, stage_summaries
+from .roles import PlanOptions, build_classes, inventory_or_cpu, relaxed_role
 from .simulate import SimOptions, simulate
 from .workload import AR_STAGES, STAGES, TrackShape, check_track
 
@@ -340,11 +341,11 @@ def _assemble(p: _Problem, assignment: Assignment, method: str, tried: int, note
     bottleneck = max(p.stages, key=lambda s: est.load[s]) if runnable else None   # the stage using most card time
     plan = Plan(tracks=len(p.tracks), audio_seconds=sum(t.audio_seconds for t in p.tracks),
                 model=p.options.model.name, method=method, assignments_tried=tried, workers=tuple(workers),
-                cards=tuple(cards), stages=_stage_summaries(p, est, workers, apart), bottleneck=bottleneck,
+                cards=tuple(cards), stages=stage_summaries(p, est, workers, apart), bottleneck=bottleneck,
                 makespan_s=est.makespan if runnable else None, throughput_tracks_s=est.throughput if runnable else 0.0,
                 one_track_s=sum(est.latency.values()) if runnable else None, unrunnable=missing,
-                refusals=_refusals(p),
-                reasons=tuple(_reasons(p, est, workers, method, tried, note, apart) + [chosen_by] * bool(chosen_by))
+                refusals=refusals(p),
+                reasons=(*plan_reasons(p, est, workers, method, tried, note, apart), *[chosen_by] * bool(chosen_by))
                 if reasons else (),
                 reserve_gib=p.options.reserve_gib, shared_process=p.options.shared_process,
                 ar_format=p.options.model.ar_format, kv_format=p.options.model.kv_format)
@@ -396,102 +397,3 @@ def _place(p: _Problem, assignment: Assignment, est: Estimate) -> tuple[list[Wor
     workers.sort(key=lambda w: (STAGES.index(w.stage), -w.share, w.card))
     cards.sort(key=lambda c: (c.node, c.index))
     return workers, cards
-
-
-def _stage_summaries(p: _Problem, est: Estimate, workers: list[Worker], apart) -> tuple[StageSummary, ...]:
-    out = []
-    for s in STAGES:
-        if s in p.unrunnable:
-            why = next((cls.refusals[s] for cls in p.classes if s in cls.refusals), "no card")
-            out.append(StageSummary(s, False, 0, 0.0, None, f"fits no card: {why}"))
-        elif s in apart:
-            out.append(StageSummary(s, False, 0, 0.0, None, _apart_note(p, s)))
-        else:
-            n = sum(1 for w in workers if w.stage == s)
-            out.append(StageSummary(s, True, n, est.capacity.get(s, 0.0), est.latency.get(s)))
-    return tuple(out)
-
-
-def _refusals(p: _Problem) -> tuple[Refusal, ...]:
-    return tuple(Refusal(s, f"{cls.device.spec().model} x{cls.count} ({cls.device.key})", why)
-                 for cls in p.classes for s, why in cls.refusals.items())
-
-
-def _apart_note(p: _Problem, stage: str) -> str:
-    full = [cls for cls in p.classes if stage in cls.speeds]
-    return (f"fits a card alone, but no card has room for it next to the stages it would have to share with; "
-            f"e.g. {full[0].device.spec().model} ({full[0].device.key}) offers {full[0].budget_gib:.2f} GiB, while all "
-            f"{len(p.stages)} runnable stages need {_together_gib(p, full[0]):.2f} GiB at batch 1")
-
-
-def _together_gib(p: _Problem, cls: CardClass) -> float:
-    from .gpus import decodes_on_tensor_cores
-    from .memory import card_memory, peaks
-    batches = dict.fromkeys(p.stages, 1)
-    return card_memory(batches, p.options.model, peaks(p.options.model, p.tracks), min(p.options.decode_cores),
-                       p.options.shared_process, decodes_on_tensor_cores(cls.device.spec())).total
-
-
-def _reasons(p: _Problem, est: Estimate, workers: list[Worker], method: str, tried: int, note: str,
-             apart: tuple[str, ...] = ()) -> list[str]:
-    o = p.options
-    lines = [f"{len(p.tracks)} track(s) of {p.options.model.name}; reserve {o.reserve_gib:g} GiB per card; stages on "
-             f"one card {'share one process (weights loaded once)' if o.shared_process else 'run as separate processes'}"]
-    if p.cpu:
-        lines.append("no GPU in the inventory: every stage runs on the CPU (the farm uses the tiny model there); "
-                     "host memory is not checked")
-    for cls in p.classes:
-        spec = cls.device.spec()
-        lines.append(f"{spec.model} x{cls.count} ({', '.join(d.key for d in cls.devices[:4])}"
-                     f"{', ...' if cls.count > 4 else ''}): {cls.budget_gib:,.1f} GiB usable, {spec.bandwidth_gbs:,.0f} GB/s, "
-                     f"bf16 {spec.bf16_tflops or 0:,.1f} / fp32 {spec.fp32_tflops or 0:,.1f} TFLOP/s; "
-                     f"runs alone: {', '.join(cls.speeds) or 'nothing'}")
-    lines.append(note or f"{method} search over {tried} assignment(s) of roles to cards, objective album makespan")
-    for s in p.unrunnable:
-        lines.append(f"{s} cannot run: no card has the memory for it (see Refused)")
-    for s in apart:
-        lines.append(f"{s} cannot run alongside the others: {_apart_note(p, s)}")
-    for w in workers:
-        lines.append(_worker_reason(p, w, runs=bool(p.stages) and not p.unrunnable and not apart))
-    placed = {w.card for w in workers}
-    for cls in p.classes:
-        idle = [d.key for d in cls.devices if d.key not in placed]
-        if idle and cls.speeds:
-            lines.append(f"{len(idle)} {cls.device.spec().model} card(s) unused ({', '.join(idle[:4])}"
-                         f"{', ...' if len(idle) > 4 else ''}): giving them a stage would not shorten the makespan")
-        elif idle:
-            lines.append(f"{cls.device.spec().model} ({', '.join(idle[:4])}) unused: no stage fits it (see Refused)")
-    if p.stages and not p.unrunnable and not apart:
-        b = max(p.stages, key=lambda s: est.load[s])
-        lines.append(f"shares split each card's time so every stage sustains {est.throughput * 3600:,.1f} tracks/h "
-                     f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan estimate "
-                     f"{est.makespan:,.1f} s: the larger of the pipeline (the first wave "
-                     f"through every stage {sum(est.latency.values()):,.1f} s, then the rest) "
-                     f"and the busiest card's work")
-    return lines
-
-
-def _worker_reason(p: _Problem, w: Worker, runs: bool = True) -> str:
-    kinds = [cls for cls in p.classes if w.stage in cls.speeds]
-    if w.stage in AR_STAGES:
-        value = lambda c: c.device.spec().bandwidth_gbs
-        what, unit, reverse = "bandwidth", "GB/s", True
-    elif w.stage == "acoustic":
-        value = lambda c: c.device.spec().bf16_tflops or 0.0
-        what, unit, reverse = "bf16", "TFLOP/s", True
-    else:
-        value = lambda c: c.budget_gib
-        what, unit, reverse = "usable memory", "GiB", False
-    mine = next(c for c in p.classes if any(d.key == w.card for d in c.devices))
-    rank = sorted({value(c) for c in kinds}, reverse=reverse).index(value(mine)) + 1
-    order = "largest" if reverse else "smallest"
-    tile = f", VAE tile {w.decode_core} frames" if w.decode_core else ""
-    share = "- (the album cannot run)" if not runs else "0% (helps fill and drain only)" if w.share < 1e-9 \
-        else f"{w.share:.0%}"
-    return (f"{w.stage} on {w.card} ({w.model}): share {share}, batch {w.batch}{tile}; {what} {value(mine):,.1f} "
-            f"{unit}, {_ordinal(rank)} {order} of {len({value(c) for c in kinds})} card kind(s) where it fits; "
-            f"{w.card_seconds:,.1f} s of card time per track")
-
-
-def _ordinal(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
