@@ -9,8 +9,8 @@ import of `stages` or `farm`. The farm calls:
     new_state / start_at / next_dispatch / apply / finish / fail         the dispatch rule the Ray driver executes
 
 Rooms: gpus (catalogue, NVML), profiles (cluster TOML), workload (model and track shapes), memory and costs (GiB and
-seconds per stage per card), calibration and fitting (efficiency factors), roles / estimate / placement (the planner),
-dispatch and simulate (running a plan).
+seconds per stage per card), calibration and fitting (efficiency factors), roles / estimate / placement / reasons /
+formats (the planner), dispatch and simulate (running a plan).
 """
 from .calibration import Calibration, default_calibration, load_calibration
 from .dispatch import (Assign, DispatchState, WorkerSlot, apply, fail, finish, new_state, next_dispatch, start_at,
