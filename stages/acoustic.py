@@ -88,7 +88,7 @@ class AcousticEngine:
             try:
                 self._warm_up()
             except Exception as e:
-                if self.attention.name != "fa4":
+                if not self.attention.name.startswith("fa4"):
                     raise
                 raise RuntimeError(f"FlashAttention-4 failed on {self.device} ({type(e).__name__}: {e}); "
                                    "YUE2_FARM_NAR_ATTENTION=sdpa runs PyTorch's SDPA instead") from e

@@ -7,7 +7,7 @@ Two kernels, one maths:
   buffers are stored that way (`seq_major`) and handed over as [B, H, S, D] views.
 - **SDPA** everywhere else (cuDNN's flash kernel on an H200; the math kernel on the CPU).
 
-`YUE2_FARM_NAR_ATTENTION=sdpa|fa4` overrides the automatic choice (fa4 where it cannot run is an error); like
+`YUE2_FARM_NAR_ATTENTION=sdpa|fa4|fa4-whole` overrides the automatic choice (fa4 where it cannot run is an error); like
 every YUE2_FARM_ variable it travels from `farm render` to the farm's workers. Both kernels are deterministic, so
 the choice is a property of the installation, like any kernel choice: the same card and installation give the same
 song for the same seed.
@@ -24,9 +24,19 @@ seventh session): 1.05–1.07 ms per layer against cuDNN's 1.25 (~650 against ~5
 an FP32 attention; a velocity evaluation 62.1 against 67.5 ms. Through PyTorch's own FA4 hook
 (`torch.nn.attention.activate_flash_attention_impl`) torch 2.11 failed on this package version, so it is called
 directly.
+
+**The last wave** (FA4 on Hopper). FA4's SM90 kernel gives each of 132 SMs whole tiles of 128 query rows × one head
+over every key, so a reference chunk (5,373 rows, 16 heads: 672 tiles) runs in 6 rounds of which the last keeps 12
+SMs busy: 5.09 rounds of work in 6 rounds of time, which is the ~650 of ~764 TFLOP/s measured. `wave_split` moves
+the last few row tiles out of the main call and attends those rows over the keys in `splits` separate ranges (one
+varlen call, the rows repeated once per range), then merges the ranges by their log-sum-exps (`merge_partials`).
+The main rows keep the unsplit kernel's bits; the tail rows' partial outputs are rounded to BF16 before the merge,
+one rounding more. The plan follows the card's SM count, so it is a property of the card like any kernel choice:
+cards of one model give the same song. `fa4-whole` is the kernel without the split, for comparison.
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 from collections.abc import Callable
@@ -38,41 +48,110 @@ from .transformer import attend as sdpa
 
 
 FA4_CACHE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
+CHOICES = ("auto", "sdpa", "fa4", "fa4-whole")
+TILE_ROWS = 128          # query rows of a tile of FA4 4.0's SM90 forward at head dim 128 (its config.select_sm90_tile)
+TAIL_COST = 0.1          # the tail's own launch and merge, in rounds (a round: one tile over every key on every SM)
+RANGE_COST = 0.02        # what a tile over a key range costs beyond its share of the keys, in rounds
+MIN_RANGE_KEYS = 512     # no key range shorter than this
 
 
 @dataclass(frozen=True)
 class NarAttention:
-    name: str                    # "fa4" or "sdpa"
+    name: str                    # "fa4", "fa4-whole" or "sdpa"
     attend: Callable             # (q [B, H, T, D], k, v [B, KV, S, D]) → [B, H, T, D]
     seq_major: bool              # K/V buffers stored [B, S, KV, D] (seen as [B, KV, S, D])
 
 
-def _flash4() -> Callable | None:
+@dataclass(frozen=True)
+class WaveSplit:
+    main_rows: int               # query rows attended over all keys in one call (whole tiles)
+    splits: int                  # key ranges the rows after them are attended over apart (1: no tail)
+
+
+def wave_split(rows: int, heads: int, keys: int, sms: int, tile: int = TILE_ROWS) -> WaveSplit:
+    """How to cut `rows` queries × `heads` heads so that the card's `sms` SMs finish together: the plan of least
+    modelled time, in rounds of one whole tile per SM. Unsplit, ceil(tiles / sms) rounds. Moving the last `tail`
+    row tiles out costs the main call ceil((blocks − tail)·heads / sms) rounds, and their tail·heads·s tiles over
+    a key range each ceil(tail·heads·s / sms) rounds of (1/s + RANGE_COST), plus TAIL_COST."""
+    blocks = -(-rows // tile)
+    best, plan = float(-(-blocks * heads // sms)), WaveSplit(rows, 1)
+    for tail in range(1, blocks):
+        main = -(-(blocks - tail) * heads // sms)
+        for s in range(2, min(16, keys // MIN_RANGE_KEYS) + 1):
+            cost = main + -(-tail * heads * s // sms) * (1 / s + RANGE_COST) + TAIL_COST
+            if cost < best - 1e-9:
+                best, plan = cost, WaveSplit((blocks - tail) * tile, s)
+    return plan
+
+
+def key_ranges(keys: int, splits: int, tile: int = TILE_ROWS) -> list[int]:
+    """Boundaries of `splits` contiguous key ranges over `keys` keys, each a whole number of key tiles but the
+    last: [0, b1, ..., keys]."""
+    step = -(-keys // splits // tile) * tile if keys >= splits * tile else -(-keys // splits)
+    return [min(keys, j * step) for j in range(splits)] + [keys]
+
+
+def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
+    """Attention outputs of the same queries over disjoint key ranges → the attention over all of them.
+    out [s, T, H, D] (each range's softmax-weighted values), lse [s, H, T] (each range's log-sum-exp of the scaled
+    scores, natural log) → [T, H, D] in out's dtype: each range weighs exp(lse − logsumexp over ranges)."""
+    weight = torch.softmax(lse.float(), dim=0).permute(0, 2, 1).unsqueeze(-1)
+    return (out.float() * weight).sum(0).to(out.dtype)
+
+
+@functools.cache
+def _sms(device: torch.device) -> int:
+    return torch.cuda.get_device_properties(device).multi_processor_count
+
+
+def _flash4(split: bool = True) -> Callable | None:
     os.environ.setdefault(FA4_CACHE, "1")        # read when FA4 is imported (the module docstring says why)
     try:
-        from flash_attn.cute.interface import flash_attn_func
+        from flash_attn.cute.interface import _flash_attn_fwd
     except ImportError:
         return None
+    bounds: dict = {}     # (tail rows, splits, keys, device) -> cu_seqlens on the device, made before any capture
 
     def attend(q, k, v):
-        out, _ = flash_attn_func(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                                 softmax_scale=1.0 / math.sqrt(q.shape[-1]))
+        qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
+        b, rows, heads, d = qs.shape
+        keys, scale = ks.shape[1], 1.0 / math.sqrt(d)
+        plan = WaveSplit(rows, 1)
+        if split and b == 1 and torch.cuda.get_device_capability(q.device)[0] == 9:
+            plan = wave_split(rows, heads, keys, _sms(q.device))
+        if plan.splits == 1:
+            return _flash_attn_fwd(qs, ks, vs, softmax_scale=scale)[0].transpose(1, 2)
+        main, s = plan.main_rows, plan.splits
+        tail = rows - main
+        key = (tail, s, keys, q.device)
+        if key not in bounds:
+            ranges = key_ranges(keys, s)
+            bounds[key] = (torch.arange(0, (s + 1) * tail, tail, dtype=torch.int32, device=q.device),
+                           torch.tensor(ranges, dtype=torch.int32, device=q.device),
+                           max(b - a for a, b in zip(ranges, ranges[1:])))
+        cu_q, cu_k, longest = bounds[key]
+        out = torch.empty_like(qs)
+        _flash_attn_fwd(qs[:, :main], ks, vs, softmax_scale=scale, out=out[:, :main])
+        part, lse = _flash_attn_fwd(qs[0, main:].repeat(s, 1, 1), ks[0], vs[0], cu_seqlens_q=cu_q,
+                                    cu_seqlens_k=cu_k, max_seqlen_q=tail, max_seqlen_k=longest,
+                                    softmax_scale=scale, return_lse=True)[:2]
+        out[0, main:] = merge_partials(part.view(s, tail, heads, d), lse.view(heads, s, tail).transpose(0, 1))
         return out.transpose(1, 2)
     return attend
 
 
 def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) -> NarAttention:
-    """The kernel for this device and dtype: `choice` ("auto", "sdpa", "fa4"), else $YUE2_FARM_NAR_ATTENTION,
-    else auto. FlashAttention-4 takes 16-bit inputs only: an FP32 engine (the reference runs) always uses SDPA."""
+    """The kernel for this device and dtype: `choice` (one of CHOICES), else $YUE2_FARM_NAR_ATTENTION, else auto.
+    FlashAttention-4 takes 16-bit inputs only: an FP32 engine (the reference runs) always uses SDPA."""
     choice = choice or os.environ.get("YUE2_FARM_NAR_ATTENTION", "auto")
-    if choice not in ("auto", "sdpa", "fa4"):
-        raise ValueError(f"YUE2_FARM_NAR_ATTENTION: unknown kernel {choice!r} (auto, sdpa or fa4)")
+    if choice not in CHOICES:
+        raise ValueError(f"YUE2_FARM_NAR_ATTENTION: unknown kernel {choice!r} ({', '.join(CHOICES)})")
     if (choice != "sdpa" and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
             and torch.cuda.get_device_capability(device)[0] in (9, 10)):
-        fa4 = _flash4()
+        fa4 = _flash4(split=choice != "fa4-whole")
         if fa4 is not None:
-            return NarAttention("fa4", fa4, True)
-    if choice == "fa4":
-        raise ValueError("YUE2_FARM_NAR_ATTENTION=fa4 needs a Hopper or Blackwell card, BF16/FP16 and the "
+            return NarAttention("fa4-whole" if choice == "fa4-whole" else "fa4", fa4, True)
+    if choice.startswith("fa4"):
+        raise ValueError(f"YUE2_FARM_NAR_ATTENTION={choice} needs a Hopper or Blackwell card, BF16/FP16 and the "
                          "flash-attn-4 package")
     return NarAttention("sdpa", sdpa, False)

@@ -94,6 +94,49 @@ def test_nar_attention_choice(monkeypatch):
         nar_attention.pick(torch.device("cpu"), torch.bfloat16)
 
 
+def test_the_last_wave_plan_splits_only_where_sms_would_idle():
+    """FA4 on Hopper: the reference chunk (672 tiles on 132 SMs, 5.09 rounds of work in 6) moves its last row
+    tile into 8 key ranges; tile counts that fill their rounds, and chunks under one round, stay whole."""
+    from stages.nar_attention import WaveSplit, key_ranges, wave_split
+
+    assert wave_split(5373, 16, 15745, 132) == WaveSplit(5248, 8)
+    assert wave_split(33 * 128, 16, 12000, 132) == WaveSplit(33 * 128, 1)      # 528 tiles: 4 full rounds
+    assert wave_split(302, 16, 3302, 132) == WaveSplit(302, 1)                 # 48 tiles: one round
+    assert wave_split(5373, 16, 15745, 114).splits >= 1                        # another card, its own plan
+    assert wave_split(5373, 16, 900, 132).splits == 1                          # too few keys to cut
+    for keys, s in ((15745, 8), (4502, 2), (700, 3)):
+        b = key_ranges(keys, s)
+        assert len(b) == s + 1 and b[0] == 0 and b[-1] == keys and all(x < y for x, y in zip(b, b[1:]))
+    assert key_ranges(15745, 8)[1:-1] == [2048 * j for j in range(1, 8)]        # whole key tiles
+
+
+def test_attention_over_key_ranges_merges_to_attention_over_all_keys():
+    """merge_partials: per-range outputs and log-sum-exps (FA4's return_lse convention: natural log of the
+    scaled scores' exp-sum) give the attention over every key, here in float64 against SDPA."""
+    import torch.nn.functional as F
+
+    from stages.nar_attention import key_ranges, merge_partials
+
+    g = torch.Generator().manual_seed(0)
+    t, heads, kv, d, keys = 37, 4, 2, 16, 1000
+    q, k, v = (torch.randn(1, n, h, d, generator=g, dtype=torch.float64) for n, h in ((t, heads), (keys, kv),
+                                                                                    (keys, kv)))
+    scale = d ** -0.5
+    want = F.scaled_dot_product_attention(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2), scale=scale,
+                                          enable_gqa=True).transpose(1, 2)[0]
+    bounds = key_ranges(keys, 3, tile=128)
+    outs, lses = [], []
+    for a, b in zip(bounds, bounds[1:]):
+        kk = k[0, a:b].repeat_interleave(heads // kv, dim=1)
+        vv = v[0, a:b].repeat_interleave(heads // kv, dim=1)
+        s = torch.einsum("thd,khd->htk", q[0], kk) * scale          # [H, T, keys in range]
+        lses.append(torch.logsumexp(s, dim=-1))
+        outs.append(torch.einsum("htk,khd->thd", torch.softmax(s, dim=-1), vv))
+    got = merge_partials(torch.stack(outs), torch.stack(lses))
+    assert got.dtype == torch.float64 and got.shape == (t, heads, d)
+    torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
+
+
 def test_fa4_s_disk_cache_is_on_unless_the_user_chose(monkeypatch):
     """Whether or not FA4 imports here, looking for it first turns its on-disk kernel cache on; a value the user
     set is kept."""

@@ -1,8 +1,8 @@
 """`farm bench acoustic`: one acoustic chunk of the reference track's geometry, its velocity evaluation timed on the
 engine's path (compiled on CUDA, a replayed CUDA graph after its first call) and on the plain eager path, against
 the matrix-multiply rate measured in the same run (where the engine's attention is FlashAttention-4, the same
-engine with SDPA's attention beside it: stages/nar_attention.py); and the latents of the engine and the plain path
-against an FP32 run of the same request.
+engine with SDPA's attention and with FA4 unsplit beside it: stages/nar_attention.py); and the latents of the
+engine and the plain path against an FP32 run of the same request.
 
 FLOP per evaluation are the planner's (`cluster.workload.ModelShape.velocity_eval_flop`): the linear layers over
 the NAR rows plus attention of every NAR row over the prefix and the NAR rows. `acoustic_mfu` is that count over
@@ -51,6 +51,8 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
     engines = {"engine": engine}
     if engine.attention.name != "sdpa":       # the same engine with SDPA's attention, timed beside it
         engines["engine with sdpa"] = AcousticEngine(net, cfg.tokens, "sdpa")
+    if engine.attention.name == "fa4":        # and with FA4 unsplit (nar_attention.py, "the last wave")
+        engines["engine, fa4 whole"] = AcousticEngine(net, cfg.tokens, "fa4-whole")
     with torch.inference_mode():
         _, kv = ar_prefill(net, torch.tensor(ids, device=device))
         buffers = {seq_major: nar_kv_buffers(kv, len(ids), frames + 2, seq_major)

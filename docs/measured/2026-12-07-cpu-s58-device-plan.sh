@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Device runs of session s58: the acoustic attention's last wave (stages/nar_attention.py, `wave_split`). One step
+# per call on one warm machine (H100 or H200: the split follows the SM count, 132 on both); logs go to $OUT.
+#   step start  (carry [".fa4a"], which also holds .carry/whl: `cp -r .carry/whl .fa4a/`) the small wheels into
+#               /tmp/site, FA4's first half into out/, the yue2-3b checkpoint into out/ck (Ray is not needed here)
+#   step probe  (carry [".fa4b"]) FA4 joined; the attention probe (whole against split, forced plans, numerics,
+#               graph); the GPU tests of the acoustic attention; `farm bench acoustic` (split, whole, SDPA)
+#   step song   (any carry) `farm bench song`, then the same with YUE2_FARM_NAR_ATTENTION=fa4-whole
+set -u
+step=${1:?step: start, probe or song}
+s=s58
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=/tmp/$s-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/$s-caches/inductor
+if [ -d out/fa4site ]; then
+    mkdir -p out/fa4boot
+    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
+    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
+fi
+case "$step" in
+start)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/$s-machine.txt" 2>&1
+    python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/$s-machine.txt" 2>&1
+    mkdir -p /tmp/site out
+    python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4a/whl/*.whl \
+        > "$OUT/$s-start.log" 2>&1
+    cp .fa4a/part_a out/
+    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
+        >> "$OUT/$s-start.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-start.log"
+    ;;
+probe)
+    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
+    mkdir -p out/fa4boot
+    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
+    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
+    timeout 240 python3 docs/measured/2026-12-07-cpu-s58-fa4-last-wave-probe.py > "$OUT/$s-last-wave-probe.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-last-wave-probe.log"
+    FARM_GPU_CKPT=out/ck timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k "fa4 or flash or acoustic" \
+        -p no:cacheprovider > "$OUT/$s-gpu-tests.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-gpu-tests.log"
+    timeout 240 python3 -m farm bench acoustic --model out/ck --device cuda --json "$OUT/$s-bench-acoustic.json" \
+        > "$OUT/$s-bench-acoustic.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-acoustic.log"
+    ;;
+song)
+    timeout 200 python3 -m farm bench song --model out/ck --device cuda --json "$OUT/$s-bench-song.json" \
+        --summary "$OUT/$s-summary-song.json" > "$OUT/$s-bench-song.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-song.log"
+    YUE2_FARM_NAR_ATTENTION=fa4-whole timeout 200 python3 -m farm bench song --model out/ck --device cuda \
+        --json "$OUT/$s-bench-song-whole.json" > "$OUT/$s-bench-song-whole.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-song-whole.log"
+    ;;
+esac
