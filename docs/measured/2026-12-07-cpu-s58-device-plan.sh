@@ -39,7 +39,7 @@ probe)
         -p no:cacheprovider > "$OUT/$s-gpu-tests.log" 2>&1
     echo "rc $?" >> "$OUT/$s-gpu-tests.log"
     timeout 240 python3 -m farm bench acoustic --model out/ck --device cuda --json "$OUT/$s-bench-acoustic.json" \
-        > "$OUT/$s-bench-acoustic.log" 2>&1
+        --summary "$OUT/$s-summary-acoustic.json" > "$OUT/$s-bench-acoustic.log" 2>&1
     echo "rc $?" >> "$OUT/$s-bench-acoustic.log"
     ;;
 song)

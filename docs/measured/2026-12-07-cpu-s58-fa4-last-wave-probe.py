@@ -105,12 +105,28 @@ def case(rows, prefix, rounds_only=False):
           flush=True)
 
 
+def gemm_rounds():
+    """Do the acoustic stage's cuBLAS products lose a last round too? Each NAR product at a few row counts around
+    the reference chunk's 5,373 (TFLOP/s; a product whose rate drops at 5,373 against 5,248 = 41 · 128 pays a
+    partly idle last round)."""
+    print("== the NAR products (cuBLAS, BF16) by row count: µs, TFLOP/s", flush=True)
+    for name, n, k in (("q/k/v", 4096, 2048), ("o", 2048, 2048), ("gate/up", 12288, 2048), ("down", 2048, 6144)):
+        w = torch.randn(n, k, device="cuda", dtype=torch.bfloat16)
+        cells = []
+        for rows in (4992, 5120, 5248, 5373, 5376, 5504):
+            x = torch.randn(rows, k, device="cuda", dtype=torch.bfloat16)
+            t = min(graphed_us(lambda: x @ w.t()))
+            cells.append(f"{rows}: {t:7.1f} {2 * rows * n * k / t / 1e6:5.0f}")
+        print(f"  {name:<8} " + " | ".join(cells), flush=True)
+
+
 def main():
     print(torch.cuda.get_device_name(0), torch.__version__, flush=True)
     case(5373, 10372)                    # the reference chunk
     case(1502, 3000)                     # bench acoustic's numerics request
     for rows, prefix in ((3752, 7000), (6500, 9000), (7802, 12000), (2502, 5000), (4402, 9500)):
         case(rows, prefix, rounds_only=True)
+    gemm_rounds()
 
 
 if __name__ == "__main__":
