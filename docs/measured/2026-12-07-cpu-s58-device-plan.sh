@@ -2,9 +2,10 @@
 # Device runs of session s58: the acoustic attention's last wave (stages/nar_attention.py, `wave_split`). One step
 # per call on one warm machine (H100 or H200: the split follows the SM count, 132 on both); logs go to $OUT.
 #   step start  (carry [".fa4a"], which also holds .carry/whl: `cp -r .carry/whl .fa4a/`) the small wheels into
-#               /tmp/site, FA4's first half into out/, the yue2-3b checkpoint into out/ck (Ray is not needed here)
+#               /tmp/site and FA4's first half into out/ (Ray is not needed here)
 #   step probe  (carry [".fa4b"]) FA4 joined; the attention probe (whole against split, forced plans, numerics,
-#               graph); the GPU tests of the acoustic attention; `farm bench acoustic` (split, whole, SDPA)
+#               graph) and the new GPU test first; then the yue2-3b checkpoint into out/ck and `farm bench acoustic`
+#               (split, whole, SDPA) for whatever time the call has left
 #   step song   (any carry) `farm bench song`, then the same with YUE2_FARM_NAR_ATTENTION=fa4-whole
 set -u
 step=${1:?step: start, probe or song}
@@ -24,8 +25,6 @@ start)
     python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .fa4a/whl/*.whl \
         > "$OUT/$s-start.log" 2>&1
     cp .fa4a/part_a out/
-    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
-        >> "$OUT/$s-start.log" 2>&1
     echo "rc $?" >> "$OUT/$s-start.log"
     ;;
 probe)
@@ -33,11 +32,14 @@ probe)
     mkdir -p out/fa4boot
     echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
     export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
-    timeout 240 python3 docs/measured/2026-12-07-cpu-s58-fa4-last-wave-probe.py > "$OUT/$s-last-wave-probe.log" 2>&1
+    timeout 200 python3 docs/measured/2026-12-07-cpu-s58-fa4-last-wave-probe.py > "$OUT/$s-last-wave-probe.log" 2>&1
     echo "rc $?" >> "$OUT/$s-last-wave-probe.log"
-    FARM_GPU_CKPT=out/ck timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py -k "fa4 or flash or acoustic" \
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4" \
         -p no:cacheprovider > "$OUT/$s-gpu-tests.log" 2>&1
     echo "rc $?" >> "$OUT/$s-gpu-tests.log"
+    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
+        > "$OUT/$s-init.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-init.log"
     timeout 240 python3 -m farm bench acoustic --model out/ck --device cuda --json "$OUT/$s-bench-acoustic.json" \
         --summary "$OUT/$s-summary-acoustic.json" > "$OUT/$s-bench-acoustic.log" 2>&1
     echo "rc $?" >> "$OUT/$s-bench-acoustic.log"
