@@ -94,8 +94,11 @@ class AcousticEngine:
                                    "YUE2_FARM_NAR_ATTENTION=sdpa runs PyTorch's SDPA instead") from e
 
     def _warm_up(self) -> None:
-        """Compile the layer now, on a small chunk, rather than inside the first song's call."""
+        """Compile the layer and the attention's kernels now, on a small chunk, rather than inside the first song."""
         self.solve_chunk([self.layout.music_start] * 24, torch.zeros(6, self.cfg.latent_dim), steps=1)
+        if self.attention.warm is not None:
+            m = self.cfg
+            self.attention.warm(m.num_attention_heads, m.num_key_value_heads, m.head_dim, self.dtype, self.device)
 
     def check(self, request: AcousticRequest) -> list[tuple[int, int]]:
         codes = np.asarray(request.codes)

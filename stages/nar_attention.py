@@ -50,8 +50,12 @@ from .transformer import attend as sdpa
 FA4_CACHE = "FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED"
 CHOICES = ("auto", "sdpa", "fa4", "fa4-whole")
 TILE_ROWS = 128          # query rows of a tile of FA4 4.0's SM90 forward at head dim 128 (its config.select_sm90_tile)
-TAIL_COST = 0.1          # the tail's own launch and merge, in rounds (a round: one tile over every key on every SM)
-RANGE_COST = 0.02        # what a tile over a key range costs beyond its share of the keys, in rounds
+# The tail's costs in keys' worth of one tile's time (~5.8 TFLOP/s an SM on an H100 or H200: 178 µs a tile over
+# 15,745 keys), fitted to the 2026-12-07 probe on an H100 (docs/benchmarks.md): each tile over a key range ~20 µs
+# beyond its share of the keys, the tail call, the rows' copy and the merge ~40 µs.
+RANGE_KEYS = 1770
+TAIL_KEYS = 3540
+MIN_GAIN = 0.25          # rounds a split must save (the model's figures are ±~5 %)
 MIN_RANGE_KEYS = 512     # no key range shorter than this
 
 
@@ -60,6 +64,7 @@ class NarAttention:
     name: str                    # "fa4", "fa4-whole" or "sdpa"
     attend: Callable             # (q [B, H, T, D], k, v [B, KV, S, D]) → [B, H, T, D]
     seq_major: bool              # K/V buffers stored [B, S, KV, D] (seen as [B, KV, S, D])
+    warm: Callable | None = None  # (heads, kv_heads, head_dim, dtype, device): compile every kernel attend may use
 
 
 @dataclass(frozen=True)
@@ -70,15 +75,17 @@ class WaveSplit:
 
 def wave_split(rows: int, heads: int, keys: int, sms: int, tile: int = TILE_ROWS) -> WaveSplit:
     """How to cut `rows` queries × `heads` heads so that the card's `sms` SMs finish together: the plan of least
-    modelled time, in rounds of one whole tile per SM. Unsplit, ceil(tiles / sms) rounds. Moving the last `tail`
-    row tiles out costs the main call ceil((blocks − tail)·heads / sms) rounds, and their tail·heads·s tiles over
-    a key range each ceil(tail·heads·s / sms) rounds of (1/s + RANGE_COST), plus TAIL_COST."""
+    modelled time, in rounds (one tile over every key on every SM). Unsplit: ceil(tiles / sms) rounds. Moving the
+    last `tail` row tiles out: ceil((blocks − tail)·heads / sms) rounds for the main call, then
+    ceil(tail·heads·s / sms) rounds of tiles over one of s key ranges, each 1/s + RANGE_KEYS/keys, and
+    TAIL_KEYS/keys for the call and the merge. Split only where that saves MIN_GAIN rounds."""
     blocks = -(-rows // tile)
-    best, plan = float(-(-blocks * heads // sms)), WaveSplit(rows, 1)
+    whole = -(-blocks * heads // sms)
+    best, plan = whole - MIN_GAIN, WaveSplit(rows, 1)
     for tail in range(1, blocks):
         main = -(-(blocks - tail) * heads // sms)
         for s in range(2, min(16, keys // MIN_RANGE_KEYS) + 1):
-            cost = main + -(-tail * heads * s // sms) * (1 / s + RANGE_COST) + TAIL_COST
+            cost = main + -(-tail * heads * s // sms) * (1 / s + RANGE_KEYS / keys) + TAIL_KEYS / keys
             if cost < best - 1e-9:
                 best, plan = cost, WaveSplit((blocks - tail) * tile, s)
     return plan
@@ -104,7 +111,8 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _flash4(split: bool = True) -> Callable | None:
+def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
+    """FA4's attend (and its warm-up), the last wave split where `wave_split` says so."""
     os.environ.setdefault(FA4_CACHE, "1")        # read when FA4 is imported (the module docstring says why)
     try:
         from flash_attn.cute.interface import _flash_attn_fwd
@@ -112,13 +120,14 @@ def _flash4(split: bool = True) -> Callable | None:
         return None
     bounds: dict = {}     # (tail rows, splits, keys, device) -> cu_seqlens on the device, made before any capture
 
-    def attend(q, k, v):
+    def attend(q, k, v, plan: WaveSplit | None = None):
         qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
         b, rows, heads, d = qs.shape
         keys, scale = ks.shape[1], 1.0 / math.sqrt(d)
-        plan = WaveSplit(rows, 1)
-        if split and b == 1 and torch.cuda.get_device_capability(q.device)[0] == 9:
-            plan = wave_split(rows, heads, keys, _sms(q.device))
+        if plan is None:
+            plan = WaveSplit(rows, 1)
+            if split and b == 1 and torch.cuda.get_device_capability(q.device)[0] == 9:
+                plan = wave_split(rows, heads, keys, _sms(q.device))
         if plan.splits == 1:
             return _flash_attn_fwd(qs, ks, vs, softmax_scale=scale)[0].transpose(1, 2)
         main, s = plan.main_rows, plan.splits
@@ -137,7 +146,14 @@ def _flash4(split: bool = True) -> Callable | None:
                                     softmax_scale=scale, return_lse=True)[:2]
         out[0, main:] = merge_partials(part.view(s, tail, heads, d), lse.view(heads, s, tail).transpose(0, 1))
         return out.transpose(1, 2)
-    return attend
+
+    def warm(heads: int, kv_heads: int, d: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Both kernels compiled (or read from FA4's disk cache) now, not in the first long chunk: a short
+        chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels."""
+        q = torch.zeros(1, 2 * TILE_ROWS, heads, d, dtype=dtype, device=device)
+        k = torch.zeros(1, 4 * MIN_RANGE_KEYS, kv_heads, d, dtype=dtype, device=device)
+        attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), WaveSplit(TILE_ROWS, 2) if split else None)
+    return attend, warm
 
 
 def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) -> NarAttention:
@@ -150,7 +166,7 @@ def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) ->
             and torch.cuda.get_device_capability(device)[0] in (9, 10)):
         fa4 = _flash4(split=choice != "fa4-whole")
         if fa4 is not None:
-            return NarAttention("fa4-whole" if choice == "fa4-whole" else "fa4", fa4, True)
+            return NarAttention("fa4-whole" if choice == "fa4-whole" else "fa4", fa4[0], True, fa4[1])
     if choice.startswith("fa4"):
         raise ValueError(f"YUE2_FARM_NAR_ATTENTION={choice} needs a Hopper or Blackwell card, BF16/FP16 and the "
                          "flash-attn-4 package")

@@ -39,16 +39,9 @@ def graphed_us(fn, n=10):
 
 
 def forced(plan):
-    """FA4 split by a given plan (the engine's attend with wave_split swapped)."""
-    def run(q, k, v):
-        saved = na.wave_split
-        na.wave_split = lambda *a, **kw: plan
-        try:
-            return attend(q, k, v)
-        finally:
-            na.wave_split = saved
-    attend = na._flash4(split=True)
-    return run
+    """FA4 split by a given plan."""
+    attend = na._flash4(split=True)[0]
+    return lambda q, k, v: attend(q, k, v, plan)
 
 
 def case(rows, prefix, rounds_only=False):
@@ -61,7 +54,7 @@ def case(rows, prefix, rounds_only=False):
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     plan = na.wave_split(rows, H, keys, sms)
     flop = 4 * rows * keys * H * D
-    whole, split = na._flash4(split=False), na._flash4(split=True)
+    whole, split = na._flash4(split=False)[0], na._flash4(split=True)[0]
     print(f"== {rows} rows × {H} heads over {keys} keys ({math.ceil(rows / 128) * H} tiles on {sms} SMs); "
           f"the plan: {plan}", flush=True)
     ref = whole(qh, kh, vh)
