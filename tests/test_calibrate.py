@@ -74,5 +74,5 @@ def test_an_h100_plan_uses_the_h100_calibration():
     options = options_for(None)
     h100, h200 = (options.calibration_for(device_from_spec(lookup(m), "n", 0)) for m in ("H100 SXM", "H200"))
     assert (h100.gpu, h200.gpu) == ("H100 SXM", "H200")
-    assert h100.source.startswith("farm bench song, 2026-12-06")
+    assert h100.source.startswith("farm bench song, ") and h100.source != h200.source   # its own runs
     assert h100.kvfp8_byte_cost < h200.kvfp8_byte_cost      # the widening weighs less against fewer bytes/s
