@@ -7,10 +7,10 @@ Two kernels, one maths:
   buffers are stored that way (`seq_major`) and handed over as [B, H, S, D] views.
 - **SDPA** everywhere else (cuDNN's flash kernel on an H200; the math kernel on the CPU).
 
-`YUE2_FARM_NAR_ATTENTION=sdpa|fa4|fa4-whole` overrides the automatic choice (fa4 where it cannot run is an error); like
-every YUE2_FARM_ variable it travels from `farm render` to the farm's workers. Both kernels are deterministic, so
-the choice is a property of the installation, like any kernel choice: the same card and installation give the same
-song for the same seed.
+`YUE2_FARM_NAR_ATTENTION=sdpa|fa4|fa4-whole` overrides the automatic choice (fa4 where it cannot run is an
+error); like every YUE2_FARM_ variable it travels from `farm render` to the farm's workers. Both kernels are
+deterministic, so the choice is a property of the installation, like any kernel choice: the same card and
+installation give the same song for the same seed.
 
 FA4 compiles its kernels in every process unless its own on-disk cache is on, which the package leaves off. So
 `_flash4` turns the cache on (`FLASH_ATTENTION_CUTE_DSL_CACHE_ENABLED=1`, kept in FA4's default folder or
@@ -143,7 +143,7 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
             ranges = key_ranges(keys, s)
             bounds[key] = (torch.arange(0, (s + 1) * tail, tail, dtype=torch.int32, device=q.device),
                            torch.tensor(ranges, dtype=torch.int32, device=q.device),
-                           max(b - a for a, b in zip(ranges, ranges[1:])))
+                           max(hi - lo for lo, hi in zip(ranges, ranges[1:])))
         cu_q, cu_k, longest = bounds[key]
         out = torch.empty_like(qs)
         _flash_attn_fwd(qs[:, :main], ks, vs, softmax_scale=scale, out=out[:, :main])
@@ -158,7 +158,8 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
         chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels."""
         q = torch.zeros(1, 2 * TILE_ROWS, heads, d, dtype=dtype, device=device)
         k = torch.zeros(1, 4 * MIN_RANGE_KEYS, kv_heads, d, dtype=dtype, device=device)
-        attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), WaveSplit(TILE_ROWS, 2) if split else None)
+        tail = split and torch.cuda.get_device_capability(device)[0] == 9      # where attend may split
+        attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), WaveSplit(TILE_ROWS, 2) if tail else None)
     return attend, warm
 
 

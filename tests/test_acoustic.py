@@ -102,7 +102,7 @@ def test_the_last_wave_plan_splits_only_where_sms_would_idle():
     assert wave_split(5373, 16, 15745, 132) == WaveSplit(5248, 8)
     assert wave_split(33 * 128, 16, 12000, 132) == WaveSplit(33 * 128, 1)      # 528 tiles: 4 full rounds
     assert wave_split(302, 16, 3302, 132) == WaveSplit(302, 1)                 # 48 tiles: one round
-    assert wave_split(5373, 16, 15745, 114).splits >= 1                        # another card, its own plan
+    assert wave_split(5373, 16, 15745, 114) == WaveSplit(5373, 1)              # 114 SMs: 5.89 rounds in 6
     assert wave_split(5373, 16, 900, 132).splits == 1                          # too few keys to cut
     for keys, s in ((15745, 8), (4502, 2), (700, 3)):
         b = key_ranges(keys, s)
