@@ -10,8 +10,11 @@
 #   step again  (carry [".fa4b"], after start on a fresh machine) after the engine warms the split's kernels up
 #               (the first song run had paid their compile in its timed acoustic stage): FA4 joined, the checkpoint,
 #               the new GPU test, then step song
+#   step album  (carry [".carry"], after probe or again on the same machine) Ray into /tmp/site, then the 12-track
+#               album with FA4 and its Gantt chart. For the next H200: start, probe, song, album (four calls; the
+#               song and album give the H200 keys on this tree), then `farm calibrate` of both on the CPU box
 set -u
-step=${1:?step: start, probe, song or again}
+step=${1:?step: start, probe, song, again or album}
 s=s58
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=/tmp/$s-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/$s-caches/inductor
@@ -57,6 +60,13 @@ again)
         -k "last_wave or flash_attention_4" -p no:cacheprovider > "$OUT/$s-gpu-tests-again.log" 2>&1
     echo "rc $?" >> "$OUT/$s-gpu-tests-again.log"
     PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH" bash "$0" song
+    ;;
+album)
+    tar xJf .carry/ray-2.60.0.tar.xz -C /tmp/site
+    timeout 330 python3 -m farm bench album --model out/ck --tracks 12 --no-sequential \
+        --gantt "$OUT/$s-album12-1gpu-gantt.png" --json "$OUT/$s-album12.json" --summary "$OUT/$s-summary-album.json" \
+        > "$OUT/$s-album12.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-album12.log"
     ;;
 song)
     timeout 200 python3 -m farm bench song --model out/ck --device cuda --json "$OUT/$s-bench-song.json" \
