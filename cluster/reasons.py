@@ -48,7 +48,7 @@ def _together_gib(p, cls: CardClass) -> float:
 
 
 def plan_reasons(p, est: Estimate, workers: list[Worker], method: str, tried: int, note: str,
-             apart: tuple[str, ...] = ()) -> list[str]:
+                 apart: tuple[str, ...] = ()) -> list[str]:
     o = p.options
     lines = [f"{len(p.tracks)} track(s) of {p.options.model.name}; reserve {o.reserve_gib:g} GiB per card; stages on "
              f"one card {'share one process (weights loaded once)' if o.shared_process else 'run as separate processes'}"]
@@ -80,9 +80,8 @@ def plan_reasons(p, est: Estimate, workers: list[Worker], method: str, tried: in
         b = max(p.stages, key=lambda s: est.load[s])
         lines.append(f"shares split each card's time so every stage sustains {est.throughput * 3600:,.1f} tracks/h "
                      f"(LP); bottleneck {b} ({est.load[b]:.2f} cards of time); makespan estimate "
-                     f"{est.makespan:,.1f} s: the larger of the pipeline (the first wave "
-                     f"through every stage {sum(est.latency.values()):,.1f} s, then the rest) "
-                     f"and the busiest card's work")
+                     f"{est.makespan:,.1f} s: the larger of the pipeline (the first wave through every stage "
+                     f"{sum(est.latency.values()):,.1f} s, then the rest) and the busiest card's work")
     return lines
 
 

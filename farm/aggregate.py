@@ -85,18 +85,20 @@ def album_stats(rows: list[dict], *, now: float | None = None, live: dict | None
     cards = card_rows(ok, span, live, gpu_samples or [])
     track_rows = timeline(rows, tracks or live.get("tracks") or [])
     done = sum(1 for t in track_rows if t["status"] == "done")
-    eta, eta_source = eta_seconds(stages, track_rows), "observed"
+    eta = eta_seconds(stages, track_rows)
+    eta_source = "observed" if eta is not None else None
     if eta is None and live.get("forecast_s") is not None and live.get("started"):
         # before every stage has a pace of its own: the planner's simulated makespan, less the time since the start
         # (past it, unknown: 0 would read as done)
         left = live["forecast_s"] - (t1 - live["started"])
-        eta, eta_source = (left, "forecast") if left > 0 else (None, None)
+        if left > 0:
+            eta, eta_source = left, "forecast"
     return {
         "album": title or live.get("album", ""), "run_id": live.get("run_id", ""),
         "state": live.get("state", "finished" if rows else "waiting"), "now": t1, "started": t0,
         "elapsed_s": span, "tracks_total": len(track_rows), "tracks_done": done,
         "stages": stages, "cards": cards, "tracks": track_rows, "series": series(ok, t0, t1),
-        "bottleneck": bottleneck(stages, cards), "eta_s": eta, "eta_source": eta_source if eta is not None else None,
+        "bottleneck": bottleneck(stages, cards), "eta_s": eta, "eta_source": eta_source,
         "gpu_note": gpu_note(cards),
     }
 

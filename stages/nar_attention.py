@@ -118,7 +118,8 @@ def _sms(device: torch.device) -> int:
 
 
 def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
-    """FA4's attend (and its warm-up), the last wave split where `wave_split` says so."""
+    """FA4's attend and its warm-up; with `split` (Hopper only: the tiles `wave_split` models are SM90's) the last
+    wave is split where `wave_split` says so."""
     os.environ.setdefault(FA4_CACHE, "1")        # read when FA4 is imported (the module docstring says why)
     try:
         from flash_attn.cute.interface import _flash_attn_fwd
@@ -132,7 +133,7 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
         keys, scale = ks.shape[1], 1.0 / math.sqrt(d)
         if plan is None:
             plan = WaveSplit(rows, 1)
-            if split and b == 1 and torch.cuda.get_device_capability(q.device)[0] == 9:
+            if split and b == 1:
                 plan = wave_split(rows, heads, keys, _sms(q.device))
         if plan.splits == 1:
             return _flash_attn_fwd(qs, ks, vs, softmax_scale=scale)[0].transpose(1, 2)
@@ -158,8 +159,7 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
         chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels."""
         q = torch.zeros(1, 2 * TILE_ROWS, heads, d, dtype=dtype, device=device)
         k = torch.zeros(1, 4 * MIN_RANGE_KEYS, kv_heads, d, dtype=dtype, device=device)
-        tail = split and torch.cuda.get_device_capability(device)[0] == 9      # where attend may split
-        attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), WaveSplit(TILE_ROWS, 2) if tail else None)
+        attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2), WaveSplit(TILE_ROWS, 2) if split else None)
     return attend, warm
 
 
@@ -171,7 +171,7 @@ def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) ->
         raise ValueError(f"YUE2_FARM_NAR_ATTENTION: unknown kernel {choice!r} ({', '.join(CHOICES)})")
     if (choice != "sdpa" and device.type == "cuda" and dtype in (torch.bfloat16, torch.float16)
             and torch.cuda.get_device_capability(device)[0] in (9, 10)):
-        fa4 = _flash4(split=choice != "fa4-whole")
+        fa4 = _flash4(split=choice != "fa4-whole" and torch.cuda.get_device_capability(device)[0] == 9)
         if fa4 is not None:
             return NarAttention("fa4-whole" if choice == "fa4-whole" else "fa4", fa4[0], True, fa4[1])
     if choice.startswith("fa4"):
