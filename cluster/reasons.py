@@ -50,16 +50,17 @@ def _together_gib(p, cls: CardClass) -> float:
 def plan_reasons(p, est: Estimate, workers: list[Worker], method: str, tried: int, note: str,
                  apart: tuple[str, ...] = ()) -> list[str]:
     o = p.options
-    lines = [f"{len(p.tracks)} track(s) of {p.options.model.name}; reserve {o.reserve_gib:g} GiB per card; stages on "
-             f"one card {'share one process (weights loaded once)' if o.shared_process else 'run as separate processes'}"]
+    processes = "share one process (weights loaded once)" if o.shared_process else "run as separate processes"
+    lines = [f"{len(p.tracks)} track(s) of {o.model.name}; reserve {o.reserve_gib:g} GiB per card; stages on one "
+             f"card {processes}"]
     if p.cpu:
         lines.append("no GPU in the inventory: every stage runs on the CPU (the farm uses the tiny model there); "
                      "host memory is not checked")
     for cls in p.classes:
         spec = cls.device.spec()
         lines.append(f"{spec.model} x{cls.count} ({', '.join(d.key for d in cls.devices[:4])}"
-                     f"{', ...' if cls.count > 4 else ''}): {cls.budget_gib:,.1f} GiB usable, {spec.bandwidth_gbs:,.0f} GB/s, "
-                     f"bf16 {spec.bf16_tflops or 0:,.1f} / fp32 {spec.fp32_tflops or 0:,.1f} TFLOP/s; "
+                     f"{', ...' if cls.count > 4 else ''}): {cls.budget_gib:,.1f} GiB usable, "
+                     f"{spec.bandwidth_gbs:,.0f} GB/s, bf16 {spec.bf16_tflops or 0:,.1f} / fp32 {spec.fp32_tflops or 0:,.1f} TFLOP/s; "
                      f"runs alone: {', '.join(cls.speeds) or 'nothing'}")
     lines.append(note or f"{method} search over {tried} assignment(s) of roles to cards, objective album makespan")
     for s in p.unrunnable:
