@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Device runs of session s59: where the acoustic stage's time goes beyond its kernels. One step per call on one warm
+# machine; logs go to $OUT. The s58 steps (start, song, album) are reused as they are.
+#   step start  (carry [".fa4a"] with .carry/whl inside) the s58 start: small wheels, FA4's first half
+#   step time   (carry [".fa4b"]) FA4 joined, the yue2-3b checkpoint into out/ck, the s59 time probe
+#               (…-cpu-s59-acoustic-time-probe.py), then the last-wave GPU tests
+#   step song / album: as in the s58 plan (the H200 keys of the s58 tree, if an H200 came)
+set -u
+step=${1:?step: start, time, song or album}
+s=s59
+plan=docs/measured/2026-12-07-cpu-s58-device-plan.sh
+export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=/tmp/$s-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/$s-caches/inductor
+case "$step" in
+start|song|album)
+    bash "$plan" "$step"
+    ;;
+time)
+    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
+    mkdir -p out/fa4boot
+    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
+    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
+    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
+        > "$OUT/$s-init.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-init.log"
+    timeout 300 python3 docs/measured/2026-12-07-cpu-s59-acoustic-time-probe.py > "$OUT/$s-acoustic-time.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-acoustic-time.log"
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4" \
+        -p no:cacheprovider > "$OUT/$s-gpu-tests.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-gpu-tests.log"
+    ;;
+esac
