@@ -8,7 +8,10 @@ frames) with the engine as it stands:
    eager evaluation (launching without waiting), since FA4's calls are set up in Python;
 2. the kernels of an eager evaluation by family (as s36's probe) and the top 25;
 3. one graph replay profiled: the kernels' busy time against the replay's span, and the largest idle gaps with
-   the kernels on either side.
+   the kernels on either side;
+4. the last wave's merge (nar_attention.merge_partials, ~7 small kernels a layer) compiled into one: the attention
+   of the reference chunk in a CUDA graph of 28 calls, split with the eager merge, split with the compiled merge,
+   whole (µs a call, three rounds; the compiled merge's bits against the eager one's).
 Run from the repository root after `farm init-checkpoint out/ck --config yue2-3b --device cuda`, FA4 on the path."""
 import collections
 import pathlib
@@ -153,6 +156,51 @@ def replay_gaps(g, x, tau) -> None:
         print(f"  {gp:7.1f} µs  {n0[:60]} → {n1[:60]}", flush=True)
 
 
+def graph_us(fn, calls: int = 28, reps: int = 10) -> float:
+    fn()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for _ in range(calls):
+            fn()
+    g.replay()
+    torch.cuda.synchronize()
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        g.replay()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) * 1e3 / (reps * calls)
+
+
+def merge_probe() -> None:
+    from stages import nar_attention as na
+    eager_merge = na.merge_partials
+    fused = torch.compile(eager_merge, dynamic=False)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    q = torch.randn(1, 5373, 16, 128, generator=gen, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    k = torch.randn(1, 15745, 8, 128, generator=gen, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    v = torch.randn(1, 15745, 8, 128, generator=gen, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
+    split, _ = na._flash4(split=True)
+    whole, _ = na._flash4(split=False)
+    print(f"plan at the reference chunk: {na.wave_split(5373, 16, 15745, na._sms(q.device))}", flush=True)
+    ref = split(q, k, v)
+    na.merge_partials = fused
+    got = split(q, k, v)
+    na.merge_partials = eager_merge
+    print(f"compiled merge against eager: max abs {(got.float() - ref.float()).abs().max().item():.3g}, equal "
+          f"{torch.equal(got, ref)}", flush=True)
+    for r in range(3):
+        t_eager = graph_us(lambda: split(q, k, v))
+        na.merge_partials = fused
+        t_fused = graph_us(lambda: split(q, k, v))
+        na.merge_partials = eager_merge
+        t_whole = graph_us(lambda: whole(q, k, v))
+        print(f"round {r}: split, eager merge {t_eager:.1f} µs; split, compiled merge {t_fused:.1f} µs; "
+              f"whole {t_whole:.1f} µs", flush=True)
+
+
 def main() -> None:
     ckpt = open_checkpoint(pathlib.Path("out/ck/model"), pathlib.Path("out/ck/vae"))
     cfg = ckpt.cfg
@@ -170,6 +218,8 @@ def main() -> None:
         tau = timestep_tau(0.5, x.dtype, cfg.model.timestep_shift, x.device)
         eager_families(engine, lambda: g.fn(x, tau))
         replay_gaps(g, x, tau)
+        del g
+        merge_probe()
 
 
 if __name__ == "__main__":
