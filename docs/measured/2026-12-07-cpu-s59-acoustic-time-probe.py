@@ -51,7 +51,7 @@ def synced(fn):
     return out, time.perf_counter() - t0
 
 
-def parts(engine, cfg, ids, noise) -> None:
+def parts(engine, cfg, ids, noise):
     """solve_chunk's steps, each timed to completion."""
     tokens = torch.tensor(ids, dtype=torch.long, device="cuda")
     (_, kv), t_prefill = synced(lambda: ar_prefill(engine.model, tokens))
