@@ -291,16 +291,17 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
 
 
-def ar_prefill(model: YuE2, ids: torch.Tensor):
+def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head, tail=layer_tail, causal=None):
     """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per
-    layer)."""
+    layer). `head`/`tail` (possibly compiled) and `causal(q, k, v)` (SDPA's causal attention by default) are the
+    acoustic engine's speed choices; the maths is the same."""
     positions = torch.arange(ids.shape[0], device=ids.device)
     x = model.model.embed_tokens(ids)[None]
     cos, sin = rope_tables(positions, model.cfg, x.dtype)
     d, kv = dims(model.cfg), []
     for w in branch_weights(model, AR):
-        q, k, v = layer_head(x, w, cos, sin, d)
-        x = layer_tail(x, attend(q, k, v, causal=True), w, d)
+        q, k, v = head(x, w, cos, sin, d)
+        x = tail(x, causal(q, k, v) if causal else attend(q, k, v, causal=True), w, d)
         kv.append((k, v))
     return x, kv
 

@@ -13,7 +13,9 @@ frames) with the engine as it stands:
    of the reference chunk in a CUDA graph of 28 calls, split with the eager merge, split with the compiled merge,
    whole (µs a call, three rounds; the compiled merge's bits against the eager one's);
 5. the chunk's AR prefill (s47: 109 ms at ~450 TFLOP/s, eager layers and SDPA) with the engine's compiled layer,
-   and with FA4's causal kernel as well: ms, and the last layer's K against the plain prefill's.
+   and with FA4's causal kernel as well (as the engine now runs it): ms, and the last layer's K against the plain
+   prefill's.
+Parts 1–3 run the engine as it stands in this commit (merge compiled, prefill compiled with FA4 causal).
 Run from the repository root after `farm init-checkpoint out/ck --config yue2-3b --device cuda`, FA4 on the path."""
 import collections
 import pathlib
@@ -54,7 +56,8 @@ def synced(fn):
 def parts(engine, cfg, ids, noise):
     """solve_chunk's steps, each timed to completion."""
     tokens = torch.tensor(ids, dtype=torch.long, device="cuda")
-    (_, kv), t_prefill = synced(lambda: ar_prefill(engine.model, tokens))
+    (_, kv), t_prefill = synced(lambda: ar_prefill(engine.model, tokens, engine.head, engine.tail,
+                                                   engine.attention.causal))
     buffers, t_buf = synced(lambda: nar_kv_buffers(kv, len(ids), len(noise) + 2, engine.attention.seq_major))
     del kv
     x = noise.to(device="cuda", dtype=engine.dtype)
@@ -178,26 +181,24 @@ def graph_us(fn, calls: int = 28, reps: int = 10) -> float:
 
 def merge_probe() -> None:
     from stages import nar_attention as na
-    eager_merge = na.merge_partials
-    fused = torch.compile(eager_merge, dynamic=False)
     gen = torch.Generator(device="cuda").manual_seed(0)
     q = torch.randn(1, 5373, 16, 128, generator=gen, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     k = torch.randn(1, 15745, 8, 128, generator=gen, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
     v = torch.randn(1, 15745, 8, 128, generator=gen, device="cuda", dtype=torch.bfloat16).transpose(1, 2)
-    split, _ = na._flash4(split=True)
-    whole, _ = na._flash4(split=False)
+    split = na._flash4(split=True)[0]            # the merge compiled, as the engine runs it
+    whole = na._flash4(split=False)[0]
+    compiled = na.compiled
+    na.compiled = lambda fn, **settings: fn
+    eager = na._flash4(split=True)[0]            # the merge as seven eager kernels (the s58 tree)
+    na.compiled = compiled
     print(f"plan at the reference chunk: {na.wave_split(5373, 16, 15745, na._sms(q.device))}", flush=True)
-    ref = split(q, k, v)
-    na.merge_partials = fused
+    ref = eager(q, k, v)
     got = split(q, k, v)
-    na.merge_partials = eager_merge
     print(f"compiled merge against eager: max abs {(got.float() - ref.float()).abs().max().item():.3g}, equal "
           f"{torch.equal(got, ref)}", flush=True)
     for r in range(3):
-        t_eager = graph_us(lambda: split(q, k, v))
-        na.merge_partials = fused
+        t_eager = graph_us(lambda: eager(q, k, v))
         t_fused = graph_us(lambda: split(q, k, v))
-        na.merge_partials = eager_merge
         t_whole = graph_us(lambda: whole(q, k, v))
         print(f"round {r}: split, eager merge {t_eager:.1f} µs; split, compiled merge {t_fused:.1f} µs; "
               f"whole {t_whole:.1f} µs", flush=True)
