@@ -3,7 +3,7 @@
 # machine; logs go to $OUT. The s58 steps (start, song, album) are reused as they are.
 #   step start  (carry [".fa4a"] with .carry/whl inside) the s58 start: small wheels, FA4's first half
 #   step time   (carry [".fa4b"]) FA4 joined, the yue2-3b checkpoint into out/ck, the s59 time probe
-#               (…-cpu-s59-acoustic-time-probe.py), then the last-wave GPU tests
+#               (…-cpu-s59-acoustic-time-probe.py), the last-wave and acoustic GPU tests, `farm bench acoustic`
 #   step song / album: as in the s58 plan (the H200 keys of the s58 tree, if an H200 came)
 set -u
 step=${1:?step: start, time, song or album}
@@ -25,8 +25,11 @@ time)
     echo "rc $?" >> "$OUT/$s-init.log"
     timeout 300 python3 docs/measured/2026-12-07-cpu-s59-acoustic-time-probe.py > "$OUT/$s-acoustic-time.log" 2>&1
     echo "rc $?" >> "$OUT/$s-acoustic-time.log"
-    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4" \
+    timeout 100 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4 or acoustic" \
         -p no:cacheprovider > "$OUT/$s-gpu-tests.log" 2>&1
     echo "rc $?" >> "$OUT/$s-gpu-tests.log"
+    timeout 200 python3 -m farm bench acoustic --model out/ck --device cuda --json "$OUT/$s-bench-acoustic.json" \
+        --summary "$OUT/$s-summary-acoustic.json" > "$OUT/$s-bench-acoustic.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-acoustic.log"
     ;;
 esac
