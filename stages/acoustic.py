@@ -125,7 +125,7 @@ class AcousticEngine:
     def solve_chunk(self, ids: list[int], noise: torch.Tensor, steps: int, cond_end: int = 0) -> torch.Tensor:
         """One chunk: AR prefill once, then the ODE in the model dtype; → FP32 CPU latents [b − a, latent_dim]."""
         tokens = torch.tensor(ids, dtype=torch.long, device=self.device)
-        _, prefix_kv = ar_prefill(self.model, tokens, self.head, self.tail, self.attention.causal)
+        _, prefix_kv = ar_prefill(self.model, tokens, self.head, self.tail)
         end = cond_end if cond_end > 0 else len(ids)
         buffers = nar_kv_buffers(prefix_kv, end, len(noise) + 2, self.attention.seq_major)
         del prefix_kv

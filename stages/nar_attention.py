@@ -71,7 +71,6 @@ class NarAttention:
     name: str                    # "fa4", "fa4-whole" or "sdpa"
     attend: Callable             # (q [B, H, T, D], k, v [B, KV, S, D]) → [B, H, T, D]
     seq_major: bool              # K/V buffers stored [B, S, KV, D] (seen as [B, KV, S, D])
-    causal: Callable = functools.partial(sdpa, causal=True)  # the chunk's AR prefill: causal, same layouts
     warm: Callable | None = None  # (heads, kv_heads, head_dim, dtype, device): compile every kernel attend may use
 
 
@@ -119,10 +118,9 @@ def _sms(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).multi_processor_count
 
 
-def _flash4(split: bool = True) -> tuple[Callable, Callable, Callable] | None:
-    """FA4's attend, its causal form and their warm-up; with `split` (Hopper only: the tiles `wave_split` models are
-    SM90's) the last wave is split where `wave_split` says so, the ranges merged by `merge_partials` compiled into
-    one kernel."""
+def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
+    """FA4's attend and its warm-up; with `split` (Hopper only: the tiles `wave_split` models are SM90's) the last
+    wave is split where `wave_split` says so, the ranges merged by `merge_partials` compiled into one kernel."""
     os.environ.setdefault(FA4_CACHE, "1")        # read when FA4 is imported (the module docstring says why)
     try:
         from flash_attn.cute.interface import _flash_attn_fwd
@@ -158,23 +156,18 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable, Callable] | None:
         out[0, main:] = merge(part.view(s, tail, heads, d), lse.view(heads, s, tail).transpose(0, 1))
         return out.transpose(1, 2)
 
-    def causal(q, k, v):
-        return _flash_attn_fwd(q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2),
-                               softmax_scale=1.0 / math.sqrt(q.shape[-1]), causal=True)[0].transpose(1, 2)
-
     def warm(heads: int, kv_heads: int, d: int, dtype: torch.dtype, device: torch.device) -> None:
         """Every kernel compiled (or read from FA4's disk cache) now, not in the first long chunk: a short
         chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels; the merge
         is compiled for any length, but Dynamo keeps a tail of one row apart (it specialises sizes of 1)."""
         q = torch.zeros(1, 2 * TILE_ROWS, heads, d, dtype=dtype, device=device).transpose(1, 2)
         k = torch.zeros(1, 4 * MIN_RANGE_KEYS, kv_heads, d, dtype=dtype, device=device).transpose(1, 2)
-        causal(q, k[:, :, :2 * TILE_ROWS], k[:, :, :2 * TILE_ROWS])
         if not split:
             attend(q, k, k)
             return
         for rows in (2 * TILE_ROWS, TILE_ROWS + 1):
             attend(q[:, :, :rows], k, k, WaveSplit(TILE_ROWS, 2))
-    return attend, causal, warm
+    return attend, warm
 
 
 def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) -> NarAttention:
@@ -187,7 +180,7 @@ def pick(device: torch.device, dtype: torch.dtype, choice: str | None = None) ->
             and torch.cuda.get_device_capability(device)[0] in (9, 10)):
         fa4 = _flash4(split=choice != "fa4-whole" and torch.cuda.get_device_capability(device)[0] == 9)
         if fa4 is not None:
-            return NarAttention("fa4-whole" if choice == "fa4-whole" else "fa4", fa4[0], True, fa4[1], fa4[2])
+            return NarAttention("fa4-whole" if choice == "fa4-whole" else "fa4", fa4[0], True, fa4[1])
     if choice.startswith("fa4"):
         raise ValueError(f"YUE2_FARM_NAR_ATTENTION={choice} needs a Hopper or Blackwell card, BF16/FP16 and the "
                          "flash-attn-4 package")

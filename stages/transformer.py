@@ -291,17 +291,16 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
 
 
-def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head, tail=layer_tail, causal=None):
+def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head, tail=layer_tail):
     """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per
-    layer). `head`/`tail` (possibly compiled) and `causal(q, k, v)` (SDPA's causal attention by default) are the
-    acoustic engine's speed choices; the maths is the same."""
+    layer). `head`/`tail` (the layer maths, possibly compiled) are the acoustic engine's speed choice."""
     positions = torch.arange(ids.shape[0], device=ids.device)
     x = model.model.embed_tokens(ids)[None]
     cos, sin = rope_tables(positions, model.cfg, x.dtype)
     d, kv = dims(model.cfg), []
     for w in branch_weights(model, AR):
         q, k, v = head(x, w, cos, sin, d)
-        x = tail(x, causal(q, k, v) if causal else attend(q, k, v, causal=True), w, d)
+        x = tail(x, attend(q, k, v, causal=True), w, d)
         kv.append((k, v))
     return x, kv
 
@@ -312,8 +311,14 @@ def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def timestep_tau(raw: float, dtype: torch.dtype, shift: float, device) -> torch.Tensor:
-    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4)."""
-    sigma = torch.sigmoid(torch.tensor(raw, dtype=torch.float64).to(dtype).to(device))
+    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4).
+    On CUDA the value travels from pinned memory without waiting: a plain copy from the host would wait for the
+    stream, and the acoustic engine's next graph replay could then not be queued while this one runs (~2 ms of
+    launch an evaluation on an H100, docs/benchmarks.md 2026-12-07, thirtieth session)."""
+    value = torch.tensor(raw, dtype=torch.float64).to(dtype)
+    if torch.device(device).type == "cuda":
+        value = value.pin_memory()
+    sigma = torch.sigmoid(value.to(device, non_blocking=True))
     if shift == 1.0:
         return sigma
     return shift * sigma / (1 + (shift - 1) * sigma)

@@ -4,6 +4,8 @@
 #   step start  (carry [".fa4a"] with .carry/whl inside) the s58 start: small wheels, FA4's first half
 #   step time   (carry [".fa4b"]) FA4 joined, the yue2-3b checkpoint into out/ck, the s59 time probe
 #               (…-cpu-s59-acoustic-time-probe.py), the last-wave and acoustic GPU tests, `farm bench acoustic`
+#   step first  (carry [".fa4b"]) …-cpu-s59-first-call-probe.py with the merge compiled and eager (what a new chunk
+#               length's first evaluation pays; the τ copy pinned against blocking), then the s58 song step
 #   step song / album: as in the s58 plan (the H200 keys of the s58 tree, if an H200 came)
 set -u
 step=${1:?step: start, time, song or album}
@@ -31,5 +33,19 @@ time)
     timeout 200 python3 -m farm bench acoustic --model out/ck --device cuda --json "$OUT/$s-bench-acoustic.json" \
         --summary "$OUT/$s-summary-acoustic.json" > "$OUT/$s-bench-acoustic.log" 2>&1
     echo "rc $?" >> "$OUT/$s-bench-acoustic.log"
+    ;;
+first)
+    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
+    mkdir -p out/fa4boot
+    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
+    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
+    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
+        > "$OUT/$s-init.log" 2>&1
+    for m in compiled eager; do
+        MERGE=$m TORCH_LOGS=recompiles timeout 150 python3 docs/measured/2026-12-07-cpu-s59-first-call-probe.py \
+            > "$OUT/$s-first-call-$m.log" 2>&1
+        echo "rc $?" >> "$OUT/$s-first-call-$m.log"
+    done
+    bash "$plan" song
     ;;
 esac
