@@ -158,14 +158,16 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
 
     def warm(heads: int, kv_heads: int, d: int, dtype: torch.dtype, device: torch.device) -> None:
         """Every kernel compiled (or read from FA4's disk cache) now, not in the first long chunk: a short
-        chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels; the merge
-        is compiled for any length, but Dynamo keeps a tail of one row apart (it specialises sizes of 1)."""
+        chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels. The merge
+        is compiled for any length from a tail of 127 rows: Dynamo gives sizes that are equal when it traces one
+        symbol (a tail of 128 rows would have tied it to the head dim, and every real tail would compile anew) and
+        keeps sizes of 1 apart, so a one-row tail is compiled too."""
         q = torch.zeros(1, 2 * TILE_ROWS, heads, d, dtype=dtype, device=device).transpose(1, 2)
         k = torch.zeros(1, 4 * MIN_RANGE_KEYS, kv_heads, d, dtype=dtype, device=device).transpose(1, 2)
         if not split:
             attend(q, k, k)
             return
-        for rows in (2 * TILE_ROWS, TILE_ROWS + 1):
+        for rows in (2 * TILE_ROWS - 1, TILE_ROWS + 1):
             attend(q[:, :, :rows], k, k, WaveSplit(TILE_ROWS, 2))
     return attend, warm
 
