@@ -64,6 +64,8 @@ RANGE_KEYS = 1770
 TAIL_KEYS = 3540
 MIN_GAIN = 0.25          # rounds a split must save (the model's times are within ~7 % of the probe's)
 MIN_RANGE_KEYS = 512     # no key range shorter than this
+MERGE_COMPILE = {"fullgraph": True, "dynamic": True}
+WARM_TAILS = (TILE_ROWS - 1, 1)   # the tails `warm` compiles the merge on (its docstring says why these)
 
 
 @dataclass(frozen=True)
@@ -127,7 +129,7 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
     except ImportError:
         return None
     bounds: dict = {}     # (tail rows, splits, keys, device) -> cu_seqlens on the device, made before any capture
-    merge = compiled(merge_partials, fullgraph=True, dynamic=True)
+    merge = compiled(merge_partials, **MERGE_COMPILE)
 
     def attend(q, k, v, plan: WaveSplit | None = None):
         qs, ks, vs = q.transpose(1, 2), k.transpose(1, 2), v.transpose(1, 2)
@@ -160,15 +162,15 @@ def _flash4(split: bool = True) -> tuple[Callable, Callable] | None:
         """Every kernel compiled (or read from FA4's disk cache) now, not in the first long chunk: a short
         chunk never splits. FA4's compile keys hold no lengths, so small tensors give the same kernels. The merge
         is compiled for any length from a tail of 127 rows: Dynamo gives sizes that are equal when it traces one
-        symbol (a tail of 128 rows would have tied it to the head dim, and every real tail would compile anew) and
-        keeps sizes of 1 apart, so a one-row tail is compiled too."""
+        symbol (a tail of 128 rows would have tied it to the head dim, and the first real tail would compile
+        anew, inside a song) and keeps sizes of 1 apart, so a one-row tail is compiled too."""
         q = torch.zeros(1, 2 * TILE_ROWS, heads, d, dtype=dtype, device=device).transpose(1, 2)
         k = torch.zeros(1, 4 * MIN_RANGE_KEYS, kv_heads, d, dtype=dtype, device=device).transpose(1, 2)
         if not split:
             attend(q, k, k)
             return
-        for rows in (2 * TILE_ROWS - 1, TILE_ROWS + 1):
-            attend(q[:, :, :rows], k, k, WaveSplit(TILE_ROWS, 2))
+        for tail in WARM_TAILS:
+            attend(q[:, :, :TILE_ROWS + tail], k, k, WaveSplit(TILE_ROWS, 2))
     return attend, warm
 
 

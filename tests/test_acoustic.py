@@ -137,6 +137,31 @@ def test_attention_over_key_ranges_merges_to_attention_over_all_keys():
     torch.testing.assert_close(got.double(), want, atol=1e-6, rtol=1e-6)
 
 
+def test_the_merge_compiled_at_warm_up_serves_every_tail_without_compiling_again():
+    """The engine compiles merge_partials at warm-up (nar_attention.WARM_TAILS) and then replays songs' chunks in
+    CUDA graphs: a compile at a real tail's length would land inside the first song (2.75 s on an H100, 2026-12-07)
+    or fail inside a capture. Warmed on a 128-row tail Dynamo tied the tail to the head dim and compiled again."""
+    from torch._dynamo.testing import CompileCounter
+
+    from stages.nar_attention import MERGE_COMPILE, WARM_TAILS, merge_partials
+
+    torch._dynamo.reset()
+    count = CompileCounter()
+    merge = torch.compile(merge_partials, backend=count, **MERGE_COMPILE)
+    heads, d = 16, 128
+
+    def call(splits, tail):
+        merge(torch.randn(splits, tail, heads, d, dtype=torch.bfloat16),
+              torch.randn(heads, splits, tail).transpose(0, 1))
+    for tail in WARM_TAILS:
+        call(2, tail)
+    warmed = count.frame_count
+    for splits, tail in ((8, 125), (8, 128), (5, 3), (16, 64), (2, heads), (8, 8), (3, 1), (7, 1000)):
+        call(splits, tail)
+    assert count.frame_count == warmed == len(WARM_TAILS)
+    torch._dynamo.reset()
+
+
 def test_fa4_s_disk_cache_is_on_unless_the_user_chose(monkeypatch):
     """Whether or not FA4 imports here, looking for it first turns its on-disk kernel cache on; a value the user
     set is kept."""
