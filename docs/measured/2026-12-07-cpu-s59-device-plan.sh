@@ -4,8 +4,8 @@
 #   step start  (carry [".fa4a"] with .carry/whl inside) the s58 start: small wheels, FA4's first half
 #   step time   (carry [".fa4b"]) FA4 joined, the yue2-3b checkpoint into out/ck, the s59 time probe
 #               (…-cpu-s59-acoustic-time-probe.py), the last-wave and acoustic GPU tests, `farm bench acoustic`
-#   step first  (carry [".fa4b"]) …-cpu-s59-first-call-probe.py with the merge compiled and eager (what a new chunk
-#               length's first evaluation pays; the τ copy pinned against blocking), then the s58 song step
+#   step first  (carry [".fa4b"]) …-cpu-s59-first-call-probe.py (what a new chunk length's first evaluation pays;
+#               the τ copy pinned against blocking), `farm bench acoustic` and `farm bench song` on this tree
 #   step song / album: as in the s58 plan (the H200 keys of the s58 tree, if an H200 came)
 set -u
 step=${1:?step: start, time, song or album}
@@ -41,11 +41,14 @@ first)
     export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
     (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
         > "$OUT/$s-init.log" 2>&1
-    for m in compiled eager; do
-        MERGE=$m TORCH_LOGS=recompiles timeout 150 python3 docs/measured/2026-12-07-cpu-s59-first-call-probe.py \
-            > "$OUT/$s-first-call-$m.log" 2>&1
-        echo "rc $?" >> "$OUT/$s-first-call-$m.log"
-    done
-    bash "$plan" song
+    MERGE=compiled TORCH_LOGS=recompiles timeout 120 python3 docs/measured/2026-12-07-cpu-s59-first-call-probe.py \
+        > "$OUT/$s-first-call-compiled.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-first-call-compiled.log"
+    timeout 150 python3 -m farm bench acoustic --model out/ck --device cuda --json "$OUT/$s-bench-acoustic2.json" \
+        --summary "$OUT/$s-summary-acoustic2.json" > "$OUT/$s-bench-acoustic2.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-acoustic2.log"
+    timeout 200 python3 -m farm bench song --model out/ck --device cuda --json "$OUT/$s-bench-song.json" \
+        --summary "$OUT/$s-summary-song.json" > "$OUT/$s-bench-song.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-song.log"
     ;;
 esac
