@@ -110,8 +110,11 @@ def key_ranges(keys: int, splits: int, tile: int = TILE_ROWS) -> list[int]:
 def merge_partials(out: torch.Tensor, lse: torch.Tensor) -> torch.Tensor:
     """Attention outputs of the same queries over disjoint key ranges → the attention over all of them.
     out [s, T, H, D] (each range's softmax-weighted values), lse [s, H, T] (each range's log-sum-exp of the scaled
-    scores, natural log) → [T, H, D] in out's dtype: each range weighs exp(lse − logsumexp over ranges)."""
-    weight = torch.softmax(lse.float(), dim=0).permute(0, 2, 1).unsqueeze(-1)
+    scores, natural log) → [T, H, D] in out's dtype: each range weighs exp(lse − logsumexp over ranges). The softmax
+    over ranges is written out: compiled (`_flash4`), torch.softmax over so short a dim makes Inductor warn."""
+    lse = lse.float()
+    weight = torch.exp(lse - lse.amax(dim=0, keepdim=True))
+    weight = (weight / weight.sum(dim=0, keepdim=True)).permute(0, 2, 1).unsqueeze(-1)
     return (out.float() * weight).sum(0).to(out.dtype)
 
 
