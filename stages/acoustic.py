@@ -98,7 +98,9 @@ class AcousticEngine:
         self.solve_chunk([self.layout.music_start] * 24, torch.zeros(6, self.cfg.latent_dim), steps=1)
         if self.attention.warm is not None:
             m = self.cfg
-            self.attention.warm(m.num_attention_heads, m.num_key_value_heads, m.head_dim, self.dtype, self.device)
+            with torch.inference_mode():      # as solve_chunk: Dynamo would compile the merge again on grad mode
+                self.attention.warm(m.num_attention_heads, m.num_key_value_heads, m.head_dim, self.dtype,
+                                    self.device)
 
     def check(self, request: AcousticRequest) -> list[tuple[int, int]]:
         codes = np.asarray(request.codes)
