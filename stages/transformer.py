@@ -311,14 +311,8 @@ def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def timestep_tau(raw: float, dtype: torch.dtype, shift: float, device) -> torch.Tensor:
-    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4).
-    On CUDA the value travels from pinned memory without waiting: a plain copy from the host would wait for the
-    stream, and the acoustic engine's next graph replay could then not be queued while this one runs (~2 ms of
-    launch an evaluation on an H100, docs/benchmarks.md 2026-12-07, thirtieth session)."""
-    value = torch.tensor(raw, dtype=torch.float64).to(dtype)
-    if torch.device(device).type == "cuda":
-        value = value.pin_memory()
-    sigma = torch.sigmoid(value.to(device, non_blocking=True))
+    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4)."""
+    sigma = torch.sigmoid(torch.tensor(raw, dtype=torch.float64).to(dtype).to(device))
     if shift == 1.0:
         return sigma
     return shift * sigma / (1 + (shift - 1) * sigma)
