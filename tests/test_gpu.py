@@ -315,6 +315,29 @@ def test_fa4_last_wave_split_keeps_the_main_rows_and_stays_close_on_the_tail():
     assert torch.equal(static, got)
 
 
+def test_acoustic_warm_up_leaves_nothing_to_compile_for_a_split_chunk(tiny_ckpt_dir):
+    """After the engine's build, a chunk whose last wave splits (any tail length) compiles nothing: on 2026-12-07 a
+    warm-up outside inference mode left the merge to compile again inside the first split song (+1.4–2.8 s of its
+    acoustic stage on an H200)."""
+    pytest.importorskip("flash_attn.cute.interface")
+    from stages import nar_attention as na
+    from stages.acoustic import AcousticEngine
+
+    if torch.cuda.get_device_capability(0)[0] != 9:
+        pytest.skip("the last-wave split runs on Hopper only")
+    model, cfg, _ = _acoustic_case(tiny_ckpt_dir, 200, 120)
+    engine = AcousticEngine(model, cfg.tokens, "fa4")
+    m = cfg.model
+    heads, kv, d = m.num_attention_heads, m.num_key_value_heads, m.head_dim
+    with torch.inference_mode(), torch._dynamo.config.patch(error_on_recompile=True):
+        for tail in (77, 1, na.TILE_ROWS):
+            q = torch.randn(1, 2 * na.TILE_ROWS + tail, heads, d, device="cuda", dtype=torch.bfloat16)
+            k = torch.randn(1, 5 * na.MIN_RANGE_KEYS, kv, d, device="cuda", dtype=torch.bfloat16)
+            out = engine.attention.attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2),
+                                          na.WaveSplit(2 * na.TILE_ROWS, 3))
+            assert out.shape == q.transpose(1, 2).shape and torch.isfinite(out).all()
+
+
 def test_fused_snake_equals_eager():
     from stages.vae import _fused_snake, snake
 
