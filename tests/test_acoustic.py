@@ -177,7 +177,8 @@ def test_fa4_s_disk_cache_is_on_unless_the_user_chose(monkeypatch):
 
 def test_compiled_layer_compiles_once_for_every_chunk_length(engine):
     """The layer as CUDA engines compile it, here through Inductor's CPU backend: only the chunk length is dynamic,
-    so chunks of three lengths reuse one compile of each function, and the velocity is the eager one to rounding."""
+    so chunks of three lengths, their AR prefills included, reuse one compile of each function, and the velocity is
+    the eager one to rounding."""
     from torch._dynamo.utils import counters
 
     from stages.acoustic import _compiled_layer
@@ -188,7 +189,7 @@ def test_compiled_layer_compiles_once_for_every_chunk_length(engine):
     for prefix, frames in ((40, 6), (90, 17), (61, 9)):
         ids = torch.tensor([256] + list(range(60, 60 + prefix)) + [464], dtype=torch.long)
         with torch.inference_mode():
-            _, kv = ar_prefill(engine.model, ids)
+            _, kv = ar_prefill(engine.model, ids, head, tail)
             buffers = nar_kv_buffers(kv, len(ids), frames + 2)
             x = torch.randn(frames, 8, generator=torch.Generator("cpu").manual_seed(frames))
             got = velocity(engine.model, kv, len(ids), x, 0.3, buffers=buffers, head=head, tail=tail)
