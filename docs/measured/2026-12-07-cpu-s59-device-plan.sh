@@ -6,6 +6,9 @@
 #               (…-cpu-s59-acoustic-time-probe.py), the last-wave and acoustic GPU tests, `farm bench acoustic`
 #   step first  (carry [".fa4b"]) …-cpu-s59-first-call-probe.py (what a new chunk length's first evaluation pays;
 #               the τ copy pinned against blocking), `farm bench acoustic` and `farm bench song` on this tree
+#   step verify (carry [".fa4b"], after start; for the next session) the GPU tests the session's last changes did
+#               not see (the warm-up test among them), then `farm bench song` with Dynamo's recompiles logged: none
+#               may fall inside the timed run; its song and acoustic give the H200 keys, then the album step
 #   step song / album: as in the s58 plan (the H200 keys of the s58 tree, if an H200 came)
 set -u
 step=${1:?step: start, time, song or album}
@@ -50,5 +53,20 @@ first)
     timeout 200 python3 -m farm bench song --model out/ck --device cuda --json "$OUT/$s-bench-song.json" \
         --summary "$OUT/$s-summary-song.json" > "$OUT/$s-bench-song.log" 2>&1
     echo "rc $?" >> "$OUT/$s-bench-song.log"
+    ;;
+verify)
+    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
+    mkdir -p out/fa4boot
+    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
+    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
+    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
+        > "$OUT/$s-init.log" 2>&1
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4 or acoustic" \
+        -p no:cacheprovider > "$OUT/$s-gpu-tests-verify.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-gpu-tests-verify.log"
+    TORCH_LOGS=recompiles timeout 220 python3 -m farm bench song --model out/ck --device cuda \
+        --json "$OUT/$s-bench-song-verify.json" --summary "$OUT/$s-summary-song-verify.json" \
+        > "$OUT/$s-bench-song-verify.log" 2>&1
+    echo "rc $?" >> "$OUT/$s-bench-song-verify.log"
     ;;
 esac
