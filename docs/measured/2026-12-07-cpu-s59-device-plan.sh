@@ -16,17 +16,20 @@ s=s59
 plan=docs/measured/2026-12-07-cpu-s58-device-plan.sh
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=/tmp/$s-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/$s-caches/inductor
-case "$step" in
-start|song|album)
-    bash "$plan" "$step"
-    ;;
-time)
+fa4_and_checkpoint() {    # FA4's two halves joined onto the path, the yue2-3b checkpoint into out/ck
     test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
     mkdir -p out/fa4boot
     echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
     export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
     (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
         > "$OUT/$s-init.log" 2>&1
+}
+case "$step" in
+start|song|album)
+    bash "$plan" "$step"
+    ;;
+time)
+    fa4_and_checkpoint
     echo "rc $?" >> "$OUT/$s-init.log"
     timeout 300 python3 docs/measured/2026-12-07-cpu-s59-acoustic-time-probe.py > "$OUT/$s-acoustic-time.log" 2>&1
     echo "rc $?" >> "$OUT/$s-acoustic-time.log"
@@ -38,12 +41,7 @@ time)
     echo "rc $?" >> "$OUT/$s-bench-acoustic.log"
     ;;
 first)
-    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
-    mkdir -p out/fa4boot
-    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
-    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
-    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
-        > "$OUT/$s-init.log" 2>&1
+    fa4_and_checkpoint
     MERGE=compiled TORCH_LOGS=recompiles timeout 120 python3 docs/measured/2026-12-07-cpu-s59-first-call-probe.py \
         > "$OUT/$s-first-call-compiled.log" 2>&1
     echo "rc $?" >> "$OUT/$s-first-call-compiled.log"
@@ -55,12 +53,7 @@ first)
     echo "rc $?" >> "$OUT/$s-bench-song.log"
     ;;
 verify)
-    test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
-    mkdir -p out/fa4boot
-    echo "import site; site.addsitedir('$PWD/out/fa4site')" > out/fa4boot/sitecustomize.py
-    export PYTHONPATH="$PWD/out/fa4boot:$PYTHONPATH"
-    (test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda) \
-        > "$OUT/$s-init.log" 2>&1
+    fa4_and_checkpoint
     timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4 or acoustic" \
         -p no:cacheprovider > "$OUT/$s-gpu-tests-verify.log" 2>&1
     echo "rc $?" >> "$OUT/$s-gpu-tests-verify.log"
