@@ -60,7 +60,8 @@ def plan_reasons(p, est: Estimate, workers: list[Worker], method: str, tried: in
         spec = cls.device.spec()
         lines.append(f"{spec.model} x{cls.count} ({', '.join(d.key for d in cls.devices[:4])}"
                      f"{', ...' if cls.count > 4 else ''}): {cls.budget_gib:,.1f} GiB usable, "
-                     f"{spec.bandwidth_gbs:,.0f} GB/s, bf16 {spec.bf16_tflops or 0:,.1f} / fp32 {spec.fp32_tflops or 0:,.1f} TFLOP/s; "
+                     f"{spec.bandwidth_gbs:,.0f} GB/s, bf16 {spec.bf16_tflops or 0:,.1f} / "
+                     f"fp32 {spec.fp32_tflops or 0:,.1f} TFLOP/s; "
                      f"runs alone: {', '.join(cls.speeds) or 'nothing'}")
     lines.append(note or f"{method} search over {tried} assignment(s) of roles to cards, objective album makespan")
     for s in p.unrunnable:

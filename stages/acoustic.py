@@ -96,14 +96,14 @@ class AcousticEngine:
                 raise RuntimeError(f"FlashAttention-4 failed on {self.device} ({type(e).__name__}: {e}); "
                                    "YUE2_FARM_NAR_ATTENTION=sdpa runs PyTorch's SDPA instead") from e
 
+    @torch.inference_mode()
     def _warm_up(self) -> None:
-        """Compile the layer and the attention's kernels now, on a small chunk, rather than inside the first song."""
+        """Compile the layer and the attention's kernels now, on a small chunk, rather than inside the first song.
+        Under inference mode like every chunk: Dynamo guards on the grad mode and would compile them again."""
         self.solve_chunk([self.layout.music_start] * 24, torch.zeros(6, self.cfg.latent_dim), steps=1)
         if self.attention.warm is not None:
             m = self.cfg
-            with torch.inference_mode():      # as solve_chunk: Dynamo would compile the merge again on grad mode
-                self.attention.warm(m.num_attention_heads, m.num_key_value_heads, m.head_dim, self.dtype,
-                                    self.device)
+            self.attention.warm(m.num_attention_heads, m.num_key_value_heads, m.head_dim, self.dtype, self.device)
 
     def check(self, request: AcousticRequest) -> list[tuple[int, int]]:
         codes = np.asarray(request.codes)

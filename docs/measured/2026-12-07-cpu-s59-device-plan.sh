@@ -54,8 +54,8 @@ first)
     ;;
 verify)
     fa4_and_checkpoint
-    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu.py -k "last_wave or flash_attention_4 or acoustic" \
-        -p no:cacheprovider > "$OUT/$s-gpu-tests-verify.log" 2>&1
+    timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py -p no:cacheprovider \
+        > "$OUT/$s-gpu-tests-verify.log" 2>&1
     echo "rc $?" >> "$OUT/$s-gpu-tests-verify.log"
     TORCH_LOGS=recompiles timeout 220 python3 -m farm bench song --model out/ck --device cuda \
         --json "$OUT/$s-bench-song-verify.json" --summary "$OUT/$s-summary-song-verify.json" \
