@@ -320,7 +320,8 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
 
 
-def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head_into, tail=layer_tail_open, seq_major: bool = False):
+def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head_into, tail=layer_tail_open,
+               seq_major: bool = False):
     """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per
     layer, [1, KV, T, D] laid out as `kv_buffer` says). `head`/`tail` (layer_head_into / layer_tail_open, possibly
     compiled) are the acoustic engine's speed choice."""

@@ -7,7 +7,8 @@
 #                FA4's first half into out/
 #   step verify  (carry [".fa4b"]; the commit before the cut untracked in _old/stages) FA4 joined, the yue2-3b
 #                checkpoint into out/ck, the acoustic GPU tests (the warm-up test among them), the reference chunk
-#                through both trees (…-s60-fold-probe.py: old, new)
+#                through both trees (…-s60-fold-probe.py: old, new), and the new one with cuBLASLt preferred
+#                (the H100 profile saw a memset and ~5 µs idle before each of cuBLAS's 115 products)
 #   step song    (any carry) `farm bench song` with Dynamo's recompiles logged (none may fall inside the timed
 #                run), `farm bench acoustic`
 #   step rest    (any carry) the rest of the GPU suite
@@ -41,10 +42,11 @@ verify)
     ;;
 verify-joined)    # verify, once FA4's site exists (the preamble then puts it on the path)
     logged init bash -c 'test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda'
-    logged gpu-acoustic timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py -p no:cacheprovider
     probe=docs/measured/2026-12-07-cpu-s60-fold-probe.py
     PYTHONPATH="$PWD/_old:$PYTHONPATH" logged fold-old timeout 100 python3 $probe old
     logged fold-new timeout 100 python3 $probe new
+    logged gpu-acoustic timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py -p no:cacheprovider
+    TORCH_BLAS_PREFER_CUBLASLT=1 logged fold-new-lt timeout 100 python3 $probe new-cublaslt
     ;;
 song)
     TORCH_LOGS=recompiles logged bench-song timeout 220 python3 -m farm bench song --model out/ck --device cuda \
