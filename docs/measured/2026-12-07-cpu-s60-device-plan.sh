@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # Device runs of session s60: the s59 tree measured where s59 could not (the acoustic warm-up under inference mode,
 # the 127-row warm tail, the prefill back to SDPA, the merge's written-out softmax), and the layer cut anew
-# (transformer.layer_head_into / layer_tail_open) against the commit before it. One step per call on one warm
+# (…-cpu-s60-layer-cut.patch: transformer.layer_head_into / layer_tail_open) against the tree without it. No machine
+# was lent in s60, so this plan waits for the next session. On the CPU box first: `git archive HEAD stages | tar -x
+# -C _old` (mkdir _old; untracked, so it travels), then `git apply docs/measured/2026-12-07-cpu-s60-layer-cut.patch`
+# (the tree becomes the patched one; `git checkout stages farm tests` undoes it). One step per call on one warm
 # machine; logs go to $OUT.
 #   step start   (carry [".fa4a"] with .carry/whl inside) the card's name, the small wheels into /tmp/site,
 #                FA4's first half into out/
-#   step verify  (carry [".fa4b"]; the commit before the cut untracked in _old/stages) FA4 joined, the yue2-3b
+#   step verify  (carry [".fa4b"]; the tree without the cut untracked in _old/stages) FA4 joined, the yue2-3b
 #                checkpoint into out/ck, the acoustic GPU tests (the warm-up test among them), the reference chunk
 #                through both trees (…-s60-fold-probe.py: old, new), and the new one with cuBLASLt preferred
 #                (the H100 profile saw a memset and ~5 µs idle before each of cuBLAS's 115 products)

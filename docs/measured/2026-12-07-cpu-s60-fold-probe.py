@@ -1,10 +1,10 @@
 """The acoustic layer cut where the long passes save memory traffic (2026-12-07, session s60; written on the CPU box).
 Why: an H100 evaluation spent 0.68 ms copying the NAR rows' K/V into the prefix buffers and 0.82 ms on the down
-product's residual add (…-h100-s59-acoustic-time.log). The tree now stores K/V from the compiled head itself and
-adds the residual in the next layer's head (transformer.layer_head_into / layer_tail_open). This times the
-reference chunk's `solve_chunk` (AR prefill, capture, 64 evaluations) with whichever tree is first on the path —
-run it once with the commit before (`git archive HEAD stages` into _old/, PYTHONPATH=_old:…) and once with this
-tree, on one machine — and saves the latents, so the two trees' songs can be compared afterwards.
+product's residual add (…-h100-s59-acoustic-time.log). `…-cpu-s60-layer-cut.patch` has the compiled head store
+K/V itself and add the residual in the next layer's head (transformer.layer_head_into / layer_tail_open). This
+times the reference chunk's `solve_chunk` (AR prefill, capture, 64 evaluations) with whichever tree is first on the
+path — run it once with the tree as committed (`git archive HEAD stages` into _old/, PYTHONPATH=_old:…) and once
+with the patch applied, on one machine — and saves the latents, so the two trees' songs can be compared.
 Usage: python3 …-s60-fold-probe.py TAG (from the repository root, out/ck a yue2-3b checkpoint, FA4 on the path)."""
 import os
 import sys
