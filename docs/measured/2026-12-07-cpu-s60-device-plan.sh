@@ -2,10 +2,9 @@
 # Device runs of session s60: the s59 tree measured where s59 could not (the acoustic warm-up under inference mode,
 # the 127-row warm tail, the prefill back to SDPA, the merge's written-out softmax), and the layer cut anew
 # (…-cpu-s60-layer-cut.patch: transformer.layer_head_into / layer_tail_open) against the tree without it. No machine
-# was lent in s60, so this plan waits for the next session. On the CPU box first: `git archive HEAD stages | tar -x
-# -C _old` (mkdir _old; untracked, so it travels), then `git apply docs/measured/2026-12-07-cpu-s60-layer-cut.patch`
-# (the tree becomes the patched one; `git checkout stages farm tests` undoes it). One step per call on one warm
-# machine; logs go to $OUT.
+# was lent in s60, so this plan waits for the next session. One step per call on one warm machine; logs go to $OUT.
+#   step prepare (on the CPU box, before the calls) the committed stages into _old/ (untracked, so it travels),
+#                then the patch applied to the tree (`git checkout stages farm tests` undoes it)
 #   step start   (carry [".fa4a"] with .carry/whl inside) the card's name, the small wheels into /tmp/site,
 #                FA4's first half into out/
 #   step verify  (carry [".fa4b"]; the tree without the cut untracked in _old/stages) FA4 joined, the yue2-3b
@@ -17,7 +16,7 @@
 #   step rest    (any carry) the rest of the GPU suite
 #   step album   (carry [".carry"], after verify) Ray into /tmp/site, the 12-track album with its Gantt chart
 set -u
-step=${1:?step: start, verify, song, rest or album}
+step=${1:?step: prepare, start, verify, song, rest or album}
 s=s60
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=/tmp/$s-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/$s-caches/inductor
@@ -32,6 +31,10 @@ logged() {    # logged NAME CMD...: the command's output into $OUT/$s-NAME.log, 
     echo "rc $?" >> "$OUT/$s-$name.log"
 }
 case "$step" in
+prepare)
+    rm -rf _old && mkdir _old && git archive HEAD stages | tar -x -C _old
+    git apply docs/measured/2026-12-07-cpu-s60-layer-cut.patch && git status --short
+    ;;
 start)
     nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/$s-machine.txt" 2>&1
     python3 -c "import torch, triton; print(torch.__version__, triton.__version__)" >> "$OUT/$s-machine.txt" 2>&1
