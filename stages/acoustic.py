@@ -13,10 +13,8 @@ in a buffer filled once per chunk (`transformer.nar_kv_buffers`) instead of bein
 64 evaluations, and a chunk's evaluations after the first replay one CUDA graph of it (`_Graphed`: ~550 launches
 an evaluation, 2–3 % of its time on an H200). The chunk's AR prefill runs through the same compiled layer (SDPA's
 causal kernel; FA4's measured level): 115 → 75 ms a reference chunk on an H100 (docs/benchmarks.md, 2026-12-07,
-thirtieth session); where one branch's weights are inference tensors and the other's are not (so in `farm bench
-song`'s process on an H200), Dynamo compiles the layer once more for them, at the engine's warm-up. Compiling and
-graphs are properties of the device, like a kernel choice: every CUDA engine uses them; a graph replays exactly the
-kernels of an eager call, so the latents are the same bits.
+thirtieth session). Compiling and graphs are properties of the device, like a kernel choice: every CUDA engine
+uses them; a graph replays exactly the kernels of an eager call, so the latents are the same bits.
 
 Measured on an H100 and not built (docs/benchmarks.md, 2026-12-06, twenty-fifth session):
 - several songs' chunks in one evaluation: 0.98–0.99× the time a song (at 1,500 rows the products already run at

@@ -201,10 +201,14 @@ def dims(cfg: ModelConfig) -> Dims:
 
 
 def branch_weights(model: YuE2, branch: str) -> list[BranchWeights]:
-    """The fused weights of every layer of `branch` (AR or NAR), built on first use and kept on the model."""
+    """The fused weights of every layer of `branch` (AR or NAR), built on first use and kept on the model. Built
+    outside inference mode whatever the caller's mode: Dynamo guards on whether a tensor is an inference tensor, so
+    a branch fused under inference mode beside one fused outside it (an AR engine built before the acoustic stage's
+    warm-up, on a model the two share) made the compiled acoustic layer compile twice."""
     cache = model.__dict__.setdefault("_branches", {})
     if branch not in cache:
-        cache[branch] = [_fuse(layer, branch) for layer in model.model.layers]
+        with torch.inference_mode(False):
+            cache[branch] = [_fuse(layer, branch) for layer in model.model.layers]
     return cache[branch]
 
 

@@ -175,6 +175,20 @@ def test_fa4_s_disk_cache_is_on_unless_the_user_chose(monkeypatch):
     assert os.environ[nar_attention.FA4_CACHE] == "0"
 
 
+def test_branches_fused_in_or_out_of_inference_mode_are_alike(tiny_ckpt_dir, tiny_cfg):
+    """On a model an AR engine and the acoustic stage share, the AR branch is fused when the AR engine is built
+    (outside inference mode) and the NAR branch at the acoustic warm-up (inside it). Dynamo guards on whether a
+    tensor is an inference tensor, so had the two differed, the compiled acoustic layer would have compiled once for
+    the prefill's weights and again for the velocity's."""
+    from stages.transformer import branch_weights
+
+    model = load_model(tiny_ckpt_dir / "model", tiny_cfg, {AR, NAR})
+    ar = branch_weights(model, AR)
+    with torch.inference_mode():
+        nar = branch_weights(model, NAR)
+    assert not any(t.is_inference() for w in ar + nar for t in w.tensors())
+
+
 def test_compiled_layer_compiles_once_for_every_chunk_length(engine):
     """The layer as CUDA engines compile it, here through Inductor's CPU backend: only the chunk length is dynamic,
     so chunks of three lengths, their AR prefills included, reuse one compile of each function, and the velocity is
