@@ -15,8 +15,10 @@
 #                run), `farm bench acoustic`
 #   step rest    (any carry) the rest of the GPU suite
 #   step album   (carry [".carry"], after verify) Ray into /tmp/site, the 12-track album with its Gantt chart
+#   step quick   (no carry; one call for a session with ~7 device minutes left) the checkpoint, the A/B with SDPA's
+#                attention (no FA4), the acoustic GPU tests (the FA4 ones skip)
 set -u
-step=${1:?step: prepare, start, verify, song, rest or album}
+step=${1:?step: prepare, start, verify, song, rest, album or quick}
 s=s60
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=/tmp/$s-caches/triton TORCHINDUCTOR_CACHE_DIR=/tmp/$s-caches/inductor
@@ -63,6 +65,14 @@ song)
 rest)
     FARM_GPU_CKPT=out/ck logged gpu-rest timeout 150 python3 -m pytest -q -m gpu tests/test_gpu.py \
         tests/test_gpu_products.py -p no:cacheprovider
+    ;;
+quick)
+    nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv > "$OUT/$s-machine.txt" 2>&1
+    logged init bash -c 'test -d out/ck/model || python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda'
+    probe=docs/measured/2026-12-07-cpu-s60-fold-probe.py
+    PYTHONPATH="$PWD/_old:$PYTHONPATH" logged fold-old-sdpa timeout 100 python3 $probe old-sdpa
+    logged fold-new-sdpa timeout 100 python3 $probe new-sdpa
+    logged gpu-acoustic-sdpa timeout 120 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py -p no:cacheprovider
     ;;
 album)
     tar xJf .carry/ray-2.60.0.tar.xz -C /tmp/site
