@@ -13,8 +13,11 @@ in a buffer filled once per chunk (`transformer.nar_kv_buffers`) instead of bein
 64 evaluations, and a chunk's evaluations after the first replay one CUDA graph of it (`_Graphed`: ~550 launches
 an evaluation, 2–3 % of its time on an H200). The chunk's AR prefill runs through the same compiled layer (SDPA's
 causal kernel; FA4's measured level): 115 → 75 ms a reference chunk on an H100 (docs/benchmarks.md, 2026-12-07,
-thirtieth session). Compiling and graphs are properties of the device, like a kernel choice: every CUDA engine
-uses them; a graph replays exactly the kernels of an eager call, so the latents are the same bits.
+thirtieth session). Both passes run the layer cut as `transformer.layer_head_into` / `layer_tail_open`: the head
+stores the rows' K/V straight into the attention's buffers and adds the down product's residual inside its norm's
+kernel, where the plain cut copied K/V after the head and added the residual in a kernel of its own. Compiling and
+graphs are properties of the device, like a kernel choice: every CUDA engine uses them; a graph replays exactly the
+kernels of an eager call, so the latents are the same bits.
 
 Measured on an H100 and not built (docs/benchmarks.md, 2026-12-06, twenty-fifth session):
 - several songs' chunks in one evaluation: 0.98–0.99× the time a song (at 1,500 rows the products already run at
@@ -34,8 +37,8 @@ from . import nar_attention
 from .compiled import compiled
 from .config import TokenLayout
 from .protocol import ProtocolError, chunk_ranges
-from .transformer import (BranchWeights, YuE2, ar_prefill, layer_head, layer_tail, nar_kv_buffers, timestep_tau,
-                          velocity_at)
+from .transformer import (BranchWeights, YuE2, ar_prefill, layer_head_into, layer_tail_open, nar_kv_buffers,
+                          timestep_tau, velocity_at)
 
 
 @dataclass(frozen=True)
@@ -82,7 +85,7 @@ class AcousticEngine:
         self.model, self.layout, self.cfg = model, layout, model.cfg
         self.device, self.dtype = weight.device, weight.dtype
         self.attention = nar_attention.pick(self.device, self.dtype, attention)
-        self.head, self.tail = layer_head, layer_tail
+        self.head, self.tail = layer_head_into, layer_tail_open
         self.graphs = self.device.type == "cuda"
         if self.device.type == "cuda":
             self.head, self.tail = _compiled_layer()
@@ -128,21 +131,20 @@ class AcousticEngine:
     def solve_chunk(self, ids: list[int], noise: torch.Tensor, steps: int, cond_end: int = 0) -> torch.Tensor:
         """One chunk: AR prefill once, then the ODE in the model dtype; → FP32 CPU latents [b − a, latent_dim]."""
         tokens = torch.tensor(ids, dtype=torch.long, device=self.device)
-        _, prefix_kv = ar_prefill(self.model, tokens, self.head, self.tail)
+        _, prefix_kv = ar_prefill(self.model, tokens, self.head, self.tail, self.attention.seq_major)
         end = cond_end if cond_end > 0 else len(ids)
         buffers = nar_kv_buffers(prefix_kv, end, len(noise) + 2, self.attention.seq_major)
         del prefix_kv
-        v = self.evaluator(len(ids), end, buffers)
+        v = self.evaluator(len(ids), buffers)
         x = midpoint_solve(v, noise.to(device=self.device, dtype=self.dtype), steps)
         return x.float().cpu()
 
-    def evaluator(self, prefix_len: int, end: int, buffers) -> Callable[[torch.Tensor, float], torch.Tensor]:
+    def evaluator(self, prefix_len: int, buffers) -> Callable[[torch.Tensor, float], torch.Tensor]:
         """One chunk's velocity v(x, raw) as the engine evaluates it (transformer.velocity's maths over filled
         prefix buffers, laid out for `self.attention`; on CUDA a replayed graph after the first call). The chunk's
         shapes stay fixed."""
         def at(x, tau):
-            return velocity_at(self.model, prefix_len, end, x, tau, buffers, self.head, self.tail,
-                               self.attention.attend)
+            return velocity_at(self.model, prefix_len, x, tau, buffers, self.head, self.tail, self.attention.attend)
 
         f = _Graphed(at) if self.graphs else at
 
@@ -173,12 +175,13 @@ class _Graphed:
         return self.out.clone()
 
 
-def _nar_head(x, in_norm, qkv, q_norm, k_norm, cos, sin, d):
-    return layer_head(x, BranchWeights(in_norm, qkv, q_norm, k_norm, None, None, None, None), cos, sin, d)
+def _nar_head(x, delta, in_norm, qkv, q_norm, k_norm, cos, sin, kb, vb, d):
+    return layer_head_into(x, delta, BranchWeights(in_norm, qkv, q_norm, k_norm, None, None, None, None), cos, sin,
+                           kb, vb, d)
 
 
 def _nar_tail(x, attn, o, post_norm, gate_up, down, d):
-    return layer_tail(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d)
+    return layer_tail_open(x, attn, BranchWeights(None, None, None, None, o, post_norm, gate_up, down), d)
 
 
 _COMPILED: list = []
@@ -194,9 +197,9 @@ def _compiled_layer():
         head = compiled(_nar_head, fullgraph=True, dynamic=False)
         tail = compiled(_nar_tail, fullgraph=True, dynamic=False)
 
-        def run_head(h, w, cos, sin, d):
-            _length_dynamic((h, 1), (cos, 0), (sin, 0))
-            return head(h, w.in_norm, w.qkv, w.q_norm, w.k_norm, cos, sin, d)
+        def run_head(h, delta, w, cos, sin, kb, vb, d):
+            _length_dynamic((h, 1), (delta, 1), (cos, 0), (sin, 0), (kb, 1), (vb, 1))
+            return head(h, delta, w.in_norm, w.qkv, w.q_norm, w.k_norm, cos, sin, kb, vb, d)
 
         def run_tail(h, attn, w, d):
             _length_dynamic((h, 1), (attn, 2))

@@ -282,10 +282,39 @@ def layer_tail(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims,
                linear=skinny_gemm.reference, folded: bool = False) -> torch.Tensor:
     """o_proj + residual, then the SwiGLU MLP (silu(gate)·up over the fused gate/up weight) + residual.
     attn [B, heads, T, D] → x [B, T, H]."""
+    x, h = layer_mlp_input(x, attn, w, d, linear, folded)
+    return linear(h, w.down, "add", x)
+
+
+def layer_mlp_input(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims,
+                    linear=skinny_gemm.reference, folded: bool = False):
+    """layer_tail up to the down product: → (x after o_proj + residual, silu(gate)·up [B, T, intermediate])."""
     b, _, t, _ = attn.shape
     x = linear(attn.transpose(1, 2).reshape(b, t, d.heads * d.head_dim), w.o, "add", x)
-    h = normed_linear(x, w.post_norm, w.gate_up, d, linear, "silu_mul", folded)
-    return linear(h, w.down, "add", x)
+    return x, normed_linear(x, w.post_norm, w.gate_up, d, linear, "silu_mul", folded)
+
+
+# The layer again, cut where the long passes (the AR prefill, the NAR velocity) can save memory traffic: the down
+# product's residual add moves into the next layer's head, where it shares a kernel with the input norm once
+# compiled, and the head stores its K/V straight into the attention's buffers. The same roundings in the same order
+# as layer_head → layer_tail, so the eager path gives the same bits.
+
+def layer_head_into(x: torch.Tensor, delta: torch.Tensor, w: BranchWeights, cos, sin, kb: torch.Tensor,
+                    vb: torch.Tensor, d: Dims):
+    """h = x + delta (the add `layer_tail_open` left), then layer_head(h); its k and v [1, KV, T, D] go into the
+    last T rows of kb and vb [KV, S, D]. → (h, q)."""
+    h = x + delta
+    q, k, v = layer_head(h, w, cos, sin, d)
+    rows = h.shape[1]
+    kb[:, kb.shape[1] - rows:] = k[0]
+    vb[:, vb.shape[1] - rows:] = v[0]
+    return h, q
+
+
+def layer_tail_open(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Dims):
+    """layer_tail without its last residual add: → (x, the down product); the layer's output is x + product."""
+    x, h = layer_mlp_input(x, attn, w, d)
+    return x, F.linear(h, w.down)
 
 
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
@@ -295,18 +324,22 @@ def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = 
     return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=causal, scale=scale, enable_gqa=True)
 
 
-def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head, tail=layer_tail):
+def ar_prefill(model: YuE2, ids: torch.Tensor, head=layer_head_into, tail=layer_tail_open,
+               seq_major: bool = False):
     """Causal AR pass over ids [T] at positions 0…T−1 → (hidden [1, T, H] before the final norm, [(k, v)] per
-    layer). `head`/`tail` (the layer maths, possibly compiled) are the acoustic engine's speed choice."""
+    layer, [1, KV, T, D] laid out as `kv_buffer` says). `head`/`tail` (layer_head_into / layer_tail_open, possibly
+    compiled) are the acoustic engine's speed choice."""
     positions = torch.arange(ids.shape[0], device=ids.device)
     x = model.model.embed_tokens(ids)[None]
+    delta = torch.zeros_like(x)
     cos, sin = rope_tables(positions, model.cfg, x.dtype)
     d, kv = dims(model.cfg), []
     for w in branch_weights(model, AR):
-        q, k, v = head(x, w, cos, sin, d)
-        x = tail(x, attend(q, k, v, causal=True), w, d)
-        kv.append((k, v))
-    return x, kv
+        kb, vb = (kv_buffer(x, ids.shape[0], d.kv_heads, d.head_dim, seq_major) for _ in "kv")
+        x, q = head(x, delta, w, cos, sin, kb[0], vb[0], d)
+        x, delta = tail(x, attend(q, kb, vb, causal=True), w, d)
+        kv.append((kb, vb))
+    return x + delta, kv
 
 
 def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
@@ -337,21 +370,23 @@ def nar_kv_buffers(prefix_kv, end: int, rows: int,
     the NAR rows' keys and values after them on every call, so the prefix is copied once per chunk rather than
     concatenated on every one of the ODE's evaluations. `seq_major` stores them [1, end + rows, KV, D] (the layout
     of FlashAttention's kernels, nar_attention.py) behind the same [1, KV, S, D] view."""
-    def empty(t):
-        if seq_major:
-            return t.new_empty(1, end + rows, t.shape[1], t.shape[3]).transpose(1, 2)
-        return t.new_empty(1, t.shape[1], end + rows, t.shape[3])
-
     buffers = []
     for k, v in prefix_kv:
-        kb, vb = empty(k), empty(v)
+        kb, vb = (kv_buffer(k, end + rows, k.shape[1], k.shape[3], seq_major) for _ in "kv")
         kb[:, :, :end], vb[:, :, :end] = k[:, :, :end], v[:, :, :end]
         buffers.append((kb, vb))
     return buffers
 
 
+def kv_buffer(like: torch.Tensor, keys: int, kv_heads: int, head_dim: int, seq_major: bool) -> torch.Tensor:
+    """An empty K or V buffer [1, KV, keys, D] of like's dtype and device; `seq_major` stores it [1, keys, KV, D]."""
+    if seq_major:
+        return like.new_empty(1, keys, kv_heads, head_dim).transpose(1, 2)
+    return like.new_empty(1, kv_heads, keys, head_dim)
+
+
 def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: float, cond_end: int = 0,
-             buffers=None, head=layer_head, tail=layer_tail):
+             buffers=None, head=layer_head_into, tail=layer_tail_open):
     """The NAR velocity for latents x [n, latent] given a prefilled AR prefix (docs/model.md §3.2 step 3).
 
     `prefix_kv` holds each layer's prefix (k, v) [1, KV, L_a, D]; `cond_end` k > 0 lets the NAR rows see only the
@@ -362,23 +397,24 @@ def velocity(model: YuE2, prefix_kv, prefix_len: int, x: torch.Tensor, raw: floa
     tau = timestep_tau(raw, x.dtype, model.cfg.timestep_shift, x.device)
     end = cond_end if cond_end > 0 else prefix_len
     buffers = buffers or nar_kv_buffers(prefix_kv, end, x.shape[0] + 2)
-    return velocity_at(model, prefix_len, end, x, tau, buffers, head, tail)
+    return velocity_at(model, prefix_len, x, tau, buffers, head, tail)
 
 
-def velocity_at(model: YuE2, prefix_len: int, end: int, x: torch.Tensor, tau: torch.Tensor, buffers,
-                head=layer_head, tail=layer_tail, attention=attend):
-    """`velocity` at a given τ (a 0-d device tensor, `timestep_tau`) over filled prefix buffers whose first `end`
-    keys the NAR rows see: device work only, so a CUDA graph can hold it (the acoustic engine replays one).
+def velocity_at(model: YuE2, prefix_len: int, x: torch.Tensor, tau: torch.Tensor, buffers,
+                head=layer_head_into, tail=layer_tail_open, attention=attend):
+    """`velocity` at a given τ (a 0-d device tensor, `timestep_tau`) over filled prefix buffers (`nar_kv_buffers`:
+    the keys the NAR rows see, then room for the rows' own): device work only, so a CUDA graph can hold it (the
+    acoustic engine replays one).
     `attention(q, k, v)` is `attend` or another kernel of the same maths (nar_attention.py)."""
     h = nar_inputs(model, x, tau)[None]
+    delta = torch.zeros_like(h)
     positions = prefix_len + torch.arange(h.shape[1], device=x.device)
     cos, sin = rope_tables(positions, model.cfg, h.dtype)
     d = dims(model.cfg)
     for w, (kb, vb) in zip(branch_weights(model, NAR), buffers):
-        q, k, v = head(h, w, cos, sin, d)
-        kb[:, :, end:], vb[:, :, end:] = k, v
-        h = tail(h, attention(q, kb, vb), w, d)
-    return model.llm2vae(model.model.norm(h[0]))[1:-1]
+        h, q = head(h, delta, w, cos, sin, kb[0], vb[0], d)
+        h, delta = tail(h, attention(q, kb, vb), w, d)
+    return model.llm2vae(model.model.norm((h + delta)[0]))[1:-1]
 
 
 def dense_velocity(model: YuE2, ids: torch.Tensor, x: torch.Tensor, raw: float, cond_end: int = 0):

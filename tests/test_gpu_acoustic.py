@@ -33,13 +33,13 @@ def test_compiled_acoustic_layer_stays_close_to_eager(tiny_ckpt_dir):
     """The acoustic engine on CUDA (compiled layer maths, prefix K/V buffers) against the eager layer maths: the
     same latents to BF16 rounding."""
     from stages.acoustic import AcousticEngine
-    from stages.transformer import layer_head, layer_tail
+    from stages.transformer import layer_head_into, layer_tail_open
 
     model, cfg, request = _acoustic_case(tiny_ckpt_dir, 200, 120)
     fast = AcousticEngine(model, cfg.tokens)
-    assert fast.head is not layer_head
+    assert fast.head is not layer_head_into
     plain = AcousticEngine(model, cfg.tokens)
-    plain.head, plain.tail = layer_head, layer_tail
+    plain.head, plain.tail = layer_head_into, layer_tail_open
     got, want = fast.synthesize(request), plain.synthesize(request)
     assert np.abs(got - want).mean() <= 0.02 * np.abs(want).mean(), np.abs(got - want).mean()
     assert np.array_equal(got, fast.synthesize(request))                   # repeatable

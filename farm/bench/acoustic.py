@@ -29,7 +29,7 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
     from cluster.workload import ModelShape
     from stages.acoustic import AcousticEngine, chunk_tokens, song_noise
     from stages.requests import open_checkpoint
-    from stages.transformer import AR, NAR, ar_prefill, layer_head, layer_tail, nar_kv_buffers, velocity
+    from stages.transformer import AR, NAR, ar_prefill, nar_kv_buffers, velocity
     from stages.weights import load_model
 
     from ..devices import pick_device
@@ -59,9 +59,9 @@ def run_acoustic_bench(*, model: str, vae: str | None, device: str, prefix_token
                    for seq_major in {e.attention.seq_major for e in engines.values()} | {False}}
         del kv
         x = song_noise(frames, cfg.model.latent_dim, 0).to(device=device, dtype=engine.dtype)
-        runs = {name: functools.partial(e.evaluator(len(ids), len(ids), buffers[e.attention.seq_major]), x, 0.5)
+        runs = {name: functools.partial(e.evaluator(len(ids), buffers[e.attention.seq_major]), x, 0.5)
                 for name, e in engines.items()}
-        runs["plain"] = lambda: velocity(net, None, len(ids), x, 0.5, 0, buffers[False], layer_head, layer_tail)
+        runs["plain"] = lambda: velocity(net, None, len(ids), x, 0.5, 0, buffers[False])
         seconds = {name: _seconds(fn, evals, device) for name, fn in runs.items()}
         rate = matmul_rate(torch, device, engine.dtype)
     flop = shape.velocity_eval_flop(len(ids), frames + 2)
@@ -119,7 +119,7 @@ def numerics(paths, cfg, device: str, dtype) -> dict:
     import torch
 
     from stages.acoustic import AcousticEngine, AcousticRequest
-    from stages.transformer import AR, NAR, layer_head, layer_tail
+    from stages.transformer import AR, NAR, layer_head_into, layer_tail_open
     from stages.weights import load_model
 
     rng = np.random.default_rng(1)
@@ -133,7 +133,7 @@ def numerics(paths, cfg, device: str, dtype) -> dict:
         net = load_model(paths.model_dir, cfg, {AR, NAR}, device=device, dtype=run_dtype)
         engine = AcousticEngine(net, cfg.tokens)
         if not engine_path:
-            engine.head, engine.tail, engine.graphs = layer_head, layer_tail, False
+            engine.head, engine.tail, engine.graphs = layer_head_into, layer_tail_open, False
         out[name] = engine.synthesize(request)
         del net, engine
         if device.startswith("cuda"):
