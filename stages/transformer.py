@@ -348,8 +348,12 @@ def logits(model: YuE2, hidden: torch.Tensor) -> torch.Tensor:
 
 
 def timestep_tau(raw: float, dtype: torch.dtype, shift: float, device) -> torch.Tensor:
-    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4)."""
-    sigma = torch.sigmoid(torch.tensor(raw, dtype=torch.float64).to(dtype).to(device))
+    """The clamped logit `raw` → τ = shift(sigmoid(raw in the model dtype)) as a 0-d tensor (docs/model.md §3.2.4).
+    raw is rounded to the dtype on the host and the device tensor filled with that exact value: a copy from the host
+    waited for the card to drain, which then idled while the next evaluation was launched (~0.27 ms of a 66 ms
+    evaluation on an H100; docs/benchmarks.md, 2026-12-07, thirty-second session)."""
+    exact = torch.tensor(raw, dtype=torch.float64).to(dtype).item()
+    sigma = torch.sigmoid(torch.full((), exact, dtype=dtype, device=device))
     if shift == 1.0:
         return sigma
     return shift * sigma / (1 + (shift - 1) * sigma)

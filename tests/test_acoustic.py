@@ -10,7 +10,7 @@ import torch
 from stages.acoustic import AcousticEngine, AcousticRequest, chunk_tokens, midpoint_solve, raw_time, song_noise
 from stages.config import BYTE_LAYOUT
 from stages.protocol import chunk_ranges
-from stages.transformer import AR, NAR
+from stages.transformer import AR, NAR, timestep_tau
 from stages.weights import load_model
 
 
@@ -27,6 +27,20 @@ def test_solver_with_unit_velocity_calls_64_times_and_starts_at_raw_20():
     assert calls[1] == pytest.approx(float(np.log((1 - 1 / 64) / (1 / 64))))
     torch.testing.assert_close(out, noise - 1, atol=1e-6, rtol=0)
     assert raw_time(1.0) == 20.0 and raw_time(0.0) == -20.0 and raw_time(0.5) == 0.0
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32])
+def test_timestep_tau_is_the_sigmoid_of_raw_rounded_once_to_the_dtype(dtype):
+    """τ is built on the device from a scalar (no copy that would wait for the card): the scalar must be raw rounded
+    once to the dtype, as a tensor copied from the host would hold, at every time the 32-step ODE asks for."""
+    raws = []
+    midpoint_solve(lambda x, raw: raws.append(raw) or torch.zeros_like(x), torch.zeros(1), 32)
+    for raw in raws + [1e-3, -7.3, 0.1 + 0.2]:
+        rounded = torch.tensor(raw, dtype=torch.float64).to(dtype)
+        for shift in (1.0, 3.0):
+            sigma = torch.sigmoid(rounded)
+            want = sigma if shift == 1.0 else shift * sigma / (1 + (shift - 1) * sigma)
+            assert torch.equal(timestep_tau(raw, dtype, shift, "cpu"), want), (raw, shift)
 
 
 def test_chunks_noise_and_chunk_tokens():

@@ -1,6 +1,7 @@
 """The acoustic stage on the GPU (run with `pytest -m gpu`; skipped elsewhere): the compiled layer against eager,
-FlashAttention-4 against SDPA, the last wave's split against FA4 whole, and a warm-up that leaves nothing to
-compile. They use the checkpoint named by FARM_GPU_CKPT when it is set, else the tiny checkpoint cast to BF16."""
+FlashAttention-4 against SDPA, the last wave's split against FA4 whole, a warm-up that leaves nothing to compile,
+and evaluations that never wait for the card. They use the checkpoint named by FARM_GPU_CKPT when it is set, else
+the tiny checkpoint cast to BF16."""
 from __future__ import annotations
 
 import os
@@ -119,3 +120,29 @@ def test_acoustic_warm_up_leaves_nothing_to_compile_for_a_split_chunk(tiny_ckpt_
             out = engine.attention.attend(q.transpose(1, 2), k.transpose(1, 2), k.transpose(1, 2),
                                           na.WaveSplit(2 * na.TILE_ROWS, 3))
             assert out.shape == q.transpose(1, 2).shape and torch.isfinite(out).all()
+
+
+def test_acoustic_evaluations_after_the_capture_never_wait_for_the_card(tiny_ckpt_dir):
+    """Once a chunk's graph is captured its ODE queues work without a host synchronisation (sync debug mode "error"
+    raises on one): τ copied from pageable host memory each evaluation made the host wait for the card to drain,
+    leaving it idle while the next replay was launched (~0.27 ms an evaluation on an H100)."""
+    from stages.acoustic import AcousticEngine, chunk_tokens, midpoint_solve, song_noise
+    from stages.transformer import ar_prefill, nar_kv_buffers
+
+    model, cfg, request = _acoustic_case(tiny_ckpt_dir, 200, 120)
+    engine = AcousticEngine(model, cfg.tokens)
+    frames = len(request.codes)
+    with torch.inference_mode():
+        ids = chunk_tokens(request.prefix, request.codes, 0, frames, cfg.tokens)
+        tokens = torch.tensor(ids, dtype=torch.long, device="cuda")
+        _, prefix_kv = ar_prefill(model, tokens, engine.head, engine.tail, engine.attention.seq_major)
+        buffers = nar_kv_buffers(prefix_kv, len(ids), frames + 2, engine.attention.seq_major)
+        v = engine.evaluator(len(ids), buffers)
+        x = song_noise(frames, cfg.model.latent_dim, 0).to("cuda", torch.bfloat16)
+        v(x, 20.0)                                              # the eager call, then the capture
+        torch.cuda.set_sync_debug_mode("error")
+        try:
+            latents = midpoint_solve(v, x, 4)
+        finally:
+            torch.cuda.set_sync_debug_mode(0)
+        assert torch.isfinite(latents).all()
