@@ -15,9 +15,10 @@ an evaluation, 2–3 % of its time on an H200). The chunk's AR prefill runs thro
 causal kernel; FA4's measured level): 115 → 75 ms a reference chunk on an H100 (docs/benchmarks.md, 2026-12-07,
 thirtieth session). Both passes run the layer cut as `transformer.layer_head_into` / `layer_tail_open`: the head
 stores the rows' K/V straight into the attention's buffers and adds the down product's residual inside its norm's
-kernel, where the plain cut copied K/V after the head and added the residual in a kernel of its own. Compiling and
-graphs are properties of the device, like a kernel choice: every CUDA engine uses them; a graph replays exactly the
-kernels of an eager call, so the latents are the same bits.
+kernel, where the plain cut copied K/V after the head and added the residual in a kernel of its own (H100: 3.85 →
+3.80 s a reference chunk, 1.7 GiB less at the peak; docs/benchmarks.md, 2026-12-07, thirty-second session).
+Compiling and graphs are properties of the device, like a kernel choice: every CUDA engine uses them; a graph replays
+exactly the kernels of an eager call, so the latents are the same bits.
 
 Measured on an H100 and not built (docs/benchmarks.md, 2026-12-06, twenty-fifth session):
 - several songs' chunks in one evaluation: 0.98–0.99× the time a song (at 1,500 rows the products already run at
