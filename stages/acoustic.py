@@ -131,14 +131,17 @@ class AcousticEngine:
     @torch.inference_mode()
     def solve_chunk(self, ids: list[int], noise: torch.Tensor, steps: int, cond_end: int = 0) -> torch.Tensor:
         """One chunk: AR prefill once, then the ODE in the model dtype; → FP32 CPU latents [b − a, latent_dim]."""
+        v = self.chunk_velocity(ids, len(noise), cond_end)
+        x = midpoint_solve(v, noise.to(device=self.device, dtype=self.dtype), steps)
+        return x.float().cpu()
+
+    def chunk_velocity(self, ids: list[int], frames: int,
+                       cond_end: int = 0) -> Callable[[torch.Tensor, float], torch.Tensor]:
+        """The chunk's AR prefill, its K/V in buffers with room for `frames` NAR rows, and → its v(x, raw)."""
         tokens = torch.tensor(ids, dtype=torch.long, device=self.device)
         _, prefix_kv = ar_prefill(self.model, tokens, self.head, self.tail, self.attention.seq_major)
         end = cond_end if cond_end > 0 else len(ids)
-        buffers = nar_kv_buffers(prefix_kv, end, len(noise) + 2, self.attention.seq_major)
-        del prefix_kv
-        v = self.evaluator(len(ids), buffers)
-        x = midpoint_solve(v, noise.to(device=self.device, dtype=self.dtype), steps)
-        return x.float().cpu()
+        return self.evaluator(len(ids), nar_kv_buffers(prefix_kv, end, frames + 2, self.attention.seq_major))
 
     def evaluator(self, prefix_len: int, buffers) -> Callable[[torch.Tensor, float], torch.Tensor]:
         """One chunk's velocity v(x, raw) as the engine evaluates it (transformer.velocity's maths over filled

@@ -317,6 +317,9 @@ def layer_tail_open(x: torch.Tensor, attn: torch.Tensor, w: BranchWeights, d: Di
     return x, F.linear(h, w.down)
 
 
+# --------------------------------------------------------------------------------------------------------------
+# The passes over those layers: the AR prefill and the logits, the NAR velocity (over a cached prefix, and dense).
+
 def attend(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, *, causal: bool = False,
            mask: torch.Tensor | None = None) -> torch.Tensor:
     """SDPA with GQA: query head h reads KV head h // (heads / kv_heads). q [B, H, T, D], k/v [B, KV, S, D]."""

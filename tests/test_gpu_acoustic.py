@@ -127,17 +127,12 @@ def test_acoustic_evaluations_after_the_capture_never_wait_for_the_card(tiny_ckp
     raises on one): τ copied from pageable host memory each evaluation made the host wait for the card to drain,
     leaving it idle while the next replay was launched (~0.27 ms an evaluation on an H100)."""
     from stages.acoustic import AcousticEngine, chunk_tokens, midpoint_solve, song_noise
-    from stages.transformer import ar_prefill, nar_kv_buffers
 
     model, cfg, request = _acoustic_case(tiny_ckpt_dir, 200, 120)
     engine = AcousticEngine(model, cfg.tokens)
     frames = len(request.codes)
     with torch.inference_mode():
-        ids = chunk_tokens(request.prefix, request.codes, 0, frames, cfg.tokens)
-        tokens = torch.tensor(ids, dtype=torch.long, device="cuda")
-        _, prefix_kv = ar_prefill(model, tokens, engine.head, engine.tail, engine.attention.seq_major)
-        buffers = nar_kv_buffers(prefix_kv, len(ids), frames + 2, engine.attention.seq_major)
-        v = engine.evaluator(len(ids), buffers)
+        v = engine.chunk_velocity(chunk_tokens(request.prefix, request.codes, 0, frames, cfg.tokens), frames)
         x = song_noise(frames, cfg.model.latent_dim, 0).to("cuda", torch.bfloat16)
         v(x, 20.0)                                              # the eager call, then the capture
         torch.cuda.set_sync_debug_mode("error")
