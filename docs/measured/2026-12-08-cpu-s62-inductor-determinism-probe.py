@@ -7,8 +7,9 @@ latents and prints the times. Run it with TORCHINDUCTOR_DISTORT_BENCHMARKING_RES
 (Inductor then keeps the slowest candidate), and with the farm's deterministic option (`stages.compiled`) kept
 ("on") or cleared ("off"): if the two "off" runs differ and the two "on" runs agree, the option is what keeps a
 song the same from card to card.
-Usage: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python3 …-s62-inductor-determinism-probe.py on|off TAG
-(from the repository root; out/ck a yue2-3b checkpoint)."""
+Usage: TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 python3 …-s62-inductor-determinism-probe.py on|off TAG [FRAMES]
+(from the repository root; out/ck a yue2-3b checkpoint). FRAMES: a shorter chunk (that many frames after as many
+prefix tokens) for a run that only compares bits, e.g. four runs side by side on one card."""
 import os
 import sys
 import time
@@ -23,6 +24,7 @@ from stages.transformer import AR, NAR
 from stages.weights import load_model
 
 mode, tag = sys.argv[1], sys.argv[2]
+frames = int(sys.argv[3]) if len(sys.argv) > 3 else 5371
 if mode == "off":
     compiled.INDUCTOR_OPTIONS.clear()
 print(tag, mode, "options", compiled.INDUCTOR_OPTIONS, "distort",
@@ -34,15 +36,15 @@ t0 = time.perf_counter()
 engine = AcousticEngine(net, cfg.tokens)
 print(f"engine build (warm-up compiles) {time.perf_counter() - t0:.1f} s, attention {engine.attention.name}")
 rng = np.random.default_rng(0)
-prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000)]
-codes = rng.integers(0, cfg.tokens.codebook, 5371).astype(np.int32)
-ids = chunk_tokens(prefix, codes, 0, 5371, cfg.tokens)
-noise = song_noise(5371, cfg.model.latent_dim, 0)
+prefix = [int(t) for t in rng.integers(0, cfg.tokens.codec_offset, 5000 if frames == 5371 else frames)]
+codes = rng.integers(0, cfg.tokens.codebook, frames).astype(np.int32)
+ids = chunk_tokens(prefix, codes, 0, frames, cfg.tokens)
+noise = song_noise(frames, cfg.model.latent_dim, 0)
 times = []
 for _ in range(3):
     torch.cuda.synchronize()
     t0 = time.perf_counter()
     latents = engine.solve_chunk(ids, noise, 32)
     times.append(time.perf_counter() - t0)
-print("solve_chunk of the reference chunk, s: " + " / ".join(f"{t:.3f}" for t in times))
+print(f"solve_chunk of a chunk of {frames} frames, s: " + " / ".join(f"{t:.3f}" for t in times))
 np.save(os.path.join(os.environ.get("OUT", "."), f"s62-latents-{tag}.npy"), latents.numpy())
