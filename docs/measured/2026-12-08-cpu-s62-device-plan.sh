@@ -9,14 +9,16 @@
 #   call 4 (no carry; the tree at 26ec8dd, the layer cut before τ on the card and chunk_velocity, untracked in _cut/:
 #          `git archive 26ec8dd stages | tar -x -C _cut`): `ab` — the reference chunk through both trees, twice
 # For the next H200: the s61 plan's steps (docs/measured/2026-12-07-cpu-s61-device-plan.sh).
-# Prepared, not run (two more start requests failed, ~6 device minutes): `det` (no carry, one call, ~6 minutes once
-# the machine is up; first `git apply docs/measured/2026-12-08-cpu-s62-inductor-deterministic.patch` on the CPU
-# box, which adds Inductor's deterministic mode to every compile and the GPU test below) — the yue2-3b checkpoint,
-# the reference chunk's acoustic stage with the option off and on, each with Inductor's timings as measured and
-# inverted (…-s62-inductor-determinism-probe.py: its docstring says what to read), then the new GPU test.
+# Prepared, not run (three more start requests failed and the budget was spent): `det` (no carry, one call, ~6
+# minutes once the machine is up; first `git apply docs/measured/2026-12-08-cpu-s62-inductor-deterministic.patch` on
+# the CPU box: Inductor's deterministic mode for every compile, and the GPU test below) — the yue2-3b checkpoint, the
+# reference chunk's acoustic stage with the option off and on, each with Inductor's timings as measured and inverted
+# (…-s62-inductor-determinism-probe.py: its docstring says what to read), then the new GPU test. With ~2 minutes
+# only: the probe's four runs side by side on a 1,500-frame chunk (its FRAMES argument; bits only, no times).
 set -u
 step=${1:?step: tests, acoustic, ab or det}
-export PYTHONPATH=$PWD/out/fa4boot:/tmp/site:$PWD PYTHONUNBUFFERED=1 TRITON_CACHE_DIR=/tmp/c/t TORCHINDUCTOR_CACHE_DIR=/tmp/c/i
+export PYTHONPATH=$PWD/out/fa4boot:/tmp/site:$PWD PYTHONUNBUFFERED=1
+export TRITON_CACHE_DIR=/tmp/c/t TORCHINDUCTOR_CACHE_DIR=/tmp/c/i
 case "$step" in
 tests)
     test -d out/fa4site || cat out/part_a .fa4b/part_b | tar -xJ -C out
