@@ -11,9 +11,9 @@
 # For the next H200: the s61 plan's steps (docs/measured/2026-12-07-cpu-s61-device-plan.sh).
 # Prepared, not run (three more start requests failed and the budget was spent): `det` (no carry, one call, ~6
 # minutes once the machine is up; first `git apply docs/measured/2026-12-08-cpu-s62-inductor-deterministic.patch` on
-# the CPU box: Inductor's deterministic mode for every compile, and the GPU test below) — the yue2-3b checkpoint, the
+# the CPU box: Inductor's deterministic mode for every compile, and the GPU tests below) — the yue2-3b checkpoint, the
 # reference chunk's acoustic stage with the option off and on, each with Inductor's timings as measured and inverted
-# (…-s62-inductor-determinism-probe.py: its docstring says what to read), then the new GPU test. With ~2 minutes
+# (…-s62-inductor-determinism-probe.py: its docstring says what to read), then the two new GPU tests. With ~2 minutes
 # only: the probe's four runs side by side on a 1,500-frame chunk (its FRAMES argument; bits only, no times).
 set -u
 step=${1:?step: tests, acoustic, ab or det}
@@ -73,7 +73,8 @@ for a, b in (("off-plain", "off-inverse"), ("on-plain", "on-inverse"), ("off-pla
     if a in got and b in got:
         print(a, b, "values that differ", int((got[a] != got[b]).sum()), "max", float(abs(got[a] - got[b]).max()))
 PY
-    timeout 150 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py -p no:cacheprovider -k inductor \
+    timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py tests/test_gpu.py -p no:cacheprovider \
+        -k inductor \
         > "$OUT/s62-det-test.log" 2>&1
     echo "rc $?" >> "$OUT/s62-det-test.log"
     tail -n 2 "$OUT/s62-det-test.log"
