@@ -4,7 +4,7 @@
 #   call 1 (carry [".fa4a"], .carry/whl inside): the s60 plan's `start`
 #   call 2 (carry [".fa4b"]): `tests` — FA4 joined, the yue2-3b checkpoint, the acoustic GPU tests (the sync test
 #          rewritten onto AcousticEngine.chunk_velocity after s61's device time), `farm bench song --format fp8`,
-#          then `farm bench song` in BF16 in the same process order (song_s_quantized dates from 2026-12-02)
+#          then `farm bench song` in BF16, one after the other (song_s_quantized dates from 2026-12-02)
 #   call 3 (no carry): `acoustic` — `farm bench acoustic` (the song's acoustic stage was 0.4 s slower than s61's H100)
 #   call 4 (no carry; the tree at 26ec8dd, the layer cut before τ on the card and chunk_velocity, untracked in _cut/:
 #          `git archive 26ec8dd stages | tar -x -C _cut`): `ab` — the reference chunk through both trees, twice
