@@ -9,14 +9,10 @@
 #   call 4 (no carry; the tree at 26ec8dd, the layer cut before τ on the card and chunk_velocity, untracked in _cut/:
 #          `git archive 26ec8dd stages | tar -x -C _cut`): `ab` — the reference chunk through both trees, twice
 # For the next H200: the s61 plan's steps (docs/measured/2026-12-07-cpu-s61-device-plan.sh).
-# Prepared, not run (three more start requests failed and the budget was spent): `det` (no carry, one call, ~6
-# minutes once the machine is up; first `git apply docs/measured/2026-12-08-cpu-s62-inductor-deterministic.patch` on
-# the CPU box: Inductor's deterministic mode for every compile, and the GPU tests below) — the yue2-3b checkpoint, the
-# reference chunk's acoustic stage with the option off and on, each with Inductor's timings as measured and inverted
-# (…-s62-inductor-determinism-probe.py: its docstring says what to read), then the two new GPU tests. With ~2 minutes
-# only: the probe's four runs side by side on a 1,500-frame chunk (its FRAMES argument; bits only, no times).
+# Prepared, not run (three more start requests failed and the budget was spent): a `det` step, Inductor's
+# deterministic mode on the card; it moved to the s63 plan (…-cpu-s63-device-plan.sh), which no machine ran either.
 set -u
-step=${1:?step: tests, acoustic, ab or det}
+step=${1:?step: tests, acoustic or ab}
 export PYTHONPATH=$PWD/out/fa4boot:/tmp/site:$PWD PYTHONUNBUFFERED=1
 export TRITON_CACHE_DIR=/tmp/c/t TORCHINDUCTOR_CACHE_DIR=/tmp/c/i
 case "$step" in
@@ -49,34 +45,5 @@ ab)
         timeout 100 python3 $probe head > "$OUT/s62-ab-head-$round.log" 2>&1
     done
     grep -h "stages from\|solve_chunk\|peak\|Error" "$OUT"/s62-ab-*.log
-    ;;
-det)
-    nvidia-smi --query-gpu=name,driver_version --format=csv > "$OUT/s62-det-machine.txt"
-    export PYTHONPATH=$PWD    # SDPA's attention: the question is Inductor's, not the attention kernel's
-    python3 -m farm init-checkpoint out/ck --config yue2-3b --device cuda > "$OUT/s62-det-init.log" 2>&1
-    probe=docs/measured/2026-12-08-cpu-s62-inductor-determinism-probe.py
-    for mode in off on; do
-        for distort in "" inverse; do
-            tag=$mode-${distort:-plain}
-            TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 TORCHINDUCTOR_DISTORT_BENCHMARKING_RESULT=$distort \
-                timeout 100 python3 $probe $mode $tag > "$OUT/s62-det-$tag.log" 2>&1
-            grep -h "options\|build\|solve_chunk\|Error" "$OUT/s62-det-$tag.log"
-        done
-    done
-    python3 - <<'PY' | tee "$OUT/s62-det-compare.txt"
-import os
-import numpy as np
-o = os.environ["OUT"]
-got = {t: np.load(f"{o}/s62-latents-{t}.npy") for t in ("off-plain", "off-inverse", "on-plain", "on-inverse")
-       if os.path.exists(f"{o}/s62-latents-{t}.npy")}
-for a, b in (("off-plain", "off-inverse"), ("on-plain", "on-inverse"), ("off-plain", "on-plain")):
-    if a in got and b in got:
-        print(a, b, "values that differ", int((got[a] != got[b]).sum()), "max", float(abs(got[a] - got[b]).max()))
-PY
-    timeout 240 python3 -m pytest -q -m gpu tests/test_gpu_acoustic.py tests/test_gpu.py -p no:cacheprovider \
-        -k inductor \
-        > "$OUT/s62-det-test.log" 2>&1
-    echo "rc $?" >> "$OUT/s62-det-test.log"
-    tail -n 2 "$OUT/s62-det-test.log"
     ;;
 esac
