@@ -13,6 +13,7 @@
 #   Land the patch if "off" differs under inverted timings, "on" does not, and the time is level; then `farm bench
 #   song` and `farm bench acoustic` with it (the s60 plan's `song`).
 #   On an H200: the s61 plan's `record` (carry [".fa4b"]), then the s60 plan's `album` (carry [".carry"]).
+#   On two cards of one host (nvidia-h200-x2, when lent): the s56 plan's `album-2gpu` (album12_2gpu_s, 2026-11-30).
 set -u
 step=${1:?step: probes or tests}
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1    # SDPA's attention: the question is Inductor's, not the kernel's
