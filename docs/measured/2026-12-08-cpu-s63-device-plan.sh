@@ -4,15 +4,15 @@
 # with the layer cut (the s61 plan). First, on the CPU box, `git apply
 # docs/measured/2026-12-08-cpu-s62-inductor-deterministic.patch` (Inductor's deterministic mode for every compile, in
 # stages/compiled.py, and the two GPU tests). One step per call, back to back on one warm machine:
-#   call 1 (carry [".fa4a"], .carry/whl inside): the s60 plan's `start`, then `probes` (~6 minutes) — the yue2-3b
+#   call 1 (no carry: SDPA's attention, FA4 is not needed): `probes` (~6–8 minutes) — the yue2-3b
 #          checkpoint, the reference chunk's acoustic stage with the option off and on, each with Inductor's timings
 #          as measured and inverted (…-s62-inductor-determinism-probe.py: its docstring says what to read), the four
-#          latents compared. With ~2 minutes only: the probe's four runs side by side on a 1,500-frame chunk (its
-#          FRAMES argument; bits only, no times).
+#          latents compared
 #   call 2 (no carry): `tests` — the two GPU tests that make the same comparison, on the yue2-3b checkpoint
 #   Land the patch if "off" differs under inverted timings, "on" does not, and the time is level; then `farm bench
 #   song` and `farm bench acoustic` with it (the s60 plan's `song`).
-#   On an H200: the s61 plan's `record` (carry [".fa4b"]), then the s60 plan's `album` (carry [".carry"]).
+#   On an H200: the s60 plan's `start` (carry [".fa4a"], .carry/whl inside), the s61 plan's `record` (carry
+#   [".fa4b"]), then the s60 plan's `album` (carry [".carry"]).
 #   On two cards of one host (nvidia-h200-x2, when lent): the s56 plan's `album-2gpu` (album12_2gpu_s, 2026-11-30).
 set -u
 step=${1:?step: probes or tests}
@@ -28,7 +28,7 @@ probes)
         for distort in "" inverse; do
             tag=$mode-${distort:-plain}
             TORCHINDUCTOR_FORCE_DISABLE_CACHES=1 TORCHINDUCTOR_DISTORT_BENCHMARKING_RESULT=$distort \
-                timeout 110 python3 $probe $mode $tag > "$OUT/s63-det-$tag.log" 2>&1
+                timeout 130 python3 $probe $mode $tag > "$OUT/s63-det-$tag.log" 2>&1
             grep -h "options\|build\|solve_chunk\|Error" "$OUT/s63-det-$tag.log"
         done
     done
@@ -36,8 +36,8 @@ probes)
 import os
 import numpy as np
 o = os.environ["OUT"]
-got = {t: np.load(f"{o}/s62-latents-{t}.npy") for t in ("off-plain", "off-inverse", "on-plain", "on-inverse")
-       if os.path.exists(f"{o}/s62-latents-{t}.npy")}
+got = {t: np.load(f"{o}/s60-latents-{t}.npy") for t in ("off-plain", "off-inverse", "on-plain", "on-inverse")
+       if os.path.exists(f"{o}/s60-latents-{t}.npy")}
 for a, b in (("off-plain", "off-inverse"), ("on-plain", "on-inverse"), ("off-plain", "on-plain")):
     if a in got and b in got:
         print(a, b, "values that differ", int((got[a] != got[b]).sum()), "max", float(abs(got[a] - got[b]).max()))
